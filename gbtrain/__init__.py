@@ -1,0 +1,14 @@
+"""gbtrain: supervised fine-tuning of vision-language models for end-to-end exam grading.
+
+Modules, one job each:
+- ``schema``: typed annotation records (pages, marks, question groups) and the label vocabularies.
+- ``annotations``: read, validate and write the GradingBench on-disk layout.
+- ``coords``: the Qwen2.5-VL resize rule and every box coordinate convention.
+- ``synth``: the synthetic exam-page generator (the embedded default dataset).
+- ``prompts``: the instructions shown to the model, shared by training and evaluation.
+- ``conversations``: SFT conversations (targets as JSON) built from records.
+- ``config``: YAML configs with command-line overrides.
+- ``tiny_model``: a tiny, locally built Qwen2.5-VL for CPU tests and the demo.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,321 @@
+"""Read, validate and write the GradingBench on-disk layout.
+
+    DATA/images/L1|L2|L3/<Subject>/<file>.jpg
+    DATA/annotations/L1.json ...       a JSON list of records, or {"samples": [...]}
+    DATA/manifest/summary.json         counts per level and subject (written, never trusted)
+
+Every problem names the annotation file and the record id. Strict mode (the default) raises one
+``AnnotationError`` listing all problems; lenient mode skips bad records and returns them, counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from PIL import Image
+
+from gbtrain.schema import (
+    CONTENT_FORMAT_ALIASES,
+    LABEL_ALIASES,
+    LEVELS,
+    QUESTION_TYPE_ALIASES,
+    STAGE_ALIASES,
+    UNKNOWN,
+    Mark,
+    Record,
+)
+
+# Keys as they appear in the data: English first, then the Chinese spelling (纬度 is the data's typo).
+_STAGE_KEYS = ("educational_stage", "学段")
+_FORMAT_KEYS = ("dimension1", "纬度1")
+_TYPE_KEYS = ("dimension2", "纬度2")
+_QUESTION_ID_KEYS = ("question_id", "题目id")
+_KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS}
+_KNOWN_MARK_KEYS = {"bbox_2d", "markLabel", "attributes", *_STAGE_KEYS}
+_KNOWN_RECORD_KEYS = {"id", "subject", "level", "image", "width", "height", "marks"}
+
+BOX_TOLERANCE_FRACTION = 0.02  # boxes may overshoot the image by 2% of its size (annotation slop)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    record_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}" + (f" [record {self.record_id}]" if self.record_id is not None else "")
+        return f"{where}: {self.message}"
+
+
+class AnnotationError(ValueError):
+    """Bad annotation data; ``problems`` lists every one found, each naming file and record."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        shown = "\n  ".join(str(p) for p in problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        super().__init__(f"{len(problems)} annotation problem(s):\n  {shown}{more}")
+
+
+@dataclass
+class LoadedLevel:
+    level: str
+    records: list[Record]
+    skipped: list[Problem] = field(default_factory=list)  # lenient mode: records left out, with why
+    warnings: list[Problem] = field(default_factory=list)
+    unknown_labels: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        parts = [f"{self.level}: {len(self.records)} records"]
+        if self.skipped:
+            parts.append(f"{len(self.skipped)} skipped")
+        if self.unknown_labels:
+            parts.append(f"unknown labels {dict(self.unknown_labels)}")
+        return ", ".join(parts)
+
+
+def annotation_path(data_dir: str | Path, level: str) -> Path:
+    return Path(data_dir) / "annotations" / f"{level}.json"
+
+
+def image_root(data_dir: str | Path, level: str) -> Path:
+    return Path(data_dir) / "images" / level
+
+
+def image_path(data_dir: str | Path, record: Record) -> Path:
+    return image_root(data_dir, record.level) / record.image
+
+
+def available_levels(data_dir: str | Path) -> list[str]:
+    return [lvl for lvl in LEVELS if annotation_path(data_dir, lvl).exists()]
+
+
+def _first(d: dict, keys: tuple[str, ...]):
+    for k in keys:
+        if k in d:
+            return d[k]
+    return None
+
+
+def _parse_points(raw, where: str) -> list[tuple[float, float]]:
+    """A polygon [[x, y], ...] or a flat [x1, y1, x2, y2] (stored as its two corners)."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where}: bbox_2d must be a non-empty list, got {raw!r}")
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
+        if len(raw) != 4:
+            raise ValueError(f"{where}: a flat bbox_2d needs 4 numbers, got {len(raw)}")
+        pts = [(float(raw[0]), float(raw[1])), (float(raw[2]), float(raw[3]))]
+    else:
+        pts = []
+        for p in raw:
+            if not (isinstance(p, list | tuple) and len(p) == 2
+                    and all(isinstance(v, int | float) and not isinstance(v, bool) for v in p)):
+                raise ValueError(f"{where}: bbox_2d point must be [x, y], got {p!r}")
+            pts.append((float(p[0]), float(p[1])))
+    if not all(math.isfinite(v) for pt in pts for v in pt):
+        raise ValueError(f"{where}: bbox_2d has a non-finite coordinate: {raw!r}")
+    return pts
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _parse_mark(raw: dict, index: int, unknown_labels: Counter) -> Mark:
+    where = f"mark {index}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected an object, got {type(raw).__name__}")
+    if "bbox_2d" not in raw:
+        raise ValueError(f"{where}: missing bbox_2d")
+    points = _parse_points(raw["bbox_2d"], where)
+    raw_label = str(raw.get("markLabel", ""))
+    label = LABEL_ALIASES.get(raw_label.strip()) or LABEL_ALIASES.get(raw_label.strip().lower())
+    if label is None:
+        unknown_labels[raw_label] += 1
+        label = UNKNOWN
+    attrs = raw.get("attributes") or {}
+    if not isinstance(attrs, dict):
+        raise ValueError(f"{where}: attributes must be an object")
+    raw_stage = _first(raw, _STAGE_KEYS)
+    raw_type = _first(attrs, _TYPE_KEYS)
+    raw_format = _first(attrs, _FORMAT_KEYS)
+    qid = _first(attrs, _QUESTION_ID_KEYS)
+    return Mark(
+        points=points,
+        label=label,
+        raw_label=raw_label,
+        mark_id=str(attrs.get("id", "")).strip(),
+        hand=_text(attrs.get("hand")) or "",
+        std=_text(attrs.get("std")),
+        question_type=QUESTION_TYPE_ALIASES.get(str(raw_type).strip(), "Other") if raw_type else "Other",
+        content_format=CONTENT_FORMAT_ALIASES.get(str(raw_format).strip(), "Other") if raw_format else "Other",
+        stage=STAGE_ALIASES.get(str(raw_stage).strip()) if raw_stage else None,
+        question_id=_text(qid),
+        extra_attributes={k: v for k, v in attrs.items() if k not in _KNOWN_ATTRS},
+        extra={k: v for k, v in raw.items() if k not in _KNOWN_MARK_KEYS},
+    )
+
+
+def _check_image_path(rel: str) -> None:
+    p = PurePosixPath(rel.replace("\\", "/"))
+    if not rel or p.is_absolute() or ".." in p.parts or rel.startswith(("/", "\\")) or ":" in p.parts[0]:
+        raise ValueError(f"image path {rel!r} must be relative to the level's image folder, without '..'")
+
+
+def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
+    """Normalise one raw record; raises ValueError with what is wrong (the caller adds file and id)."""
+    for key in ("id", "image", "width", "height", "marks"):
+        if key not in raw:
+            raise ValueError(f"missing key {key!r}")
+    rel = str(raw["image"])
+    _check_image_path(rel)
+    width, height = raw["width"], raw["height"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (width, height)):
+        raise ValueError(f"width/height must be positive integers, got {width!r}x{height!r}")
+    if not isinstance(raw["marks"], list):
+        raise ValueError("marks must be a list")
+    marks = [_parse_mark(m, i, unknown_labels) for i, m in enumerate(raw["marks"])]
+    tol_x, tol_y = BOX_TOLERANCE_FRACTION * width, BOX_TOLERANCE_FRACTION * height
+    for i, m in enumerate(marks):
+        b = m.box
+        if b.x1 < -tol_x or b.y1 < -tol_y or b.x2 > width + tol_x or b.y2 > height + tol_y:
+            raise ValueError(f"mark {i} ({m.mark_id or m.raw_label}): box {b.as_list()} lies outside the "
+                             f"{width}x{height} image")
+        if not m.is_context and not m.mark_id:
+            raise ValueError(f"mark {i}: answer mark without attributes.id")
+    subject = str(raw.get("subject") or rel.split("/", 1)[0])
+    raw_level = raw.get("level")
+    if raw_level is not None and str(raw_level) != level:
+        raise ValueError(f"record level {raw_level!r} found in the {level} annotation file")
+    return Record(
+        record_id=str(raw["id"]), level=level, subject=subject, image=rel, width=width, height=height,
+        marks=marks, extra={k: v for k, v in raw.items() if k not in _KNOWN_RECORD_KEYS},
+    )
+
+
+def _check_image_file(data_dir: Path, record: Record) -> None:
+    path = image_path(data_dir, record)
+    root = image_root(data_dir, record.level).resolve()
+    if not path.resolve().is_relative_to(root):
+        raise ValueError(f"image path {record.image!r} leaves {root}")
+    if not path.is_file():
+        raise ValueError(f"image file not found: {path}")
+    try:
+        with Image.open(path) as im:
+            size = im.size
+    except OSError as e:
+        raise ValueError(f"cannot read image {path}: {e}") from e
+    if size != (record.width, record.height):
+        raise ValueError(f"image {path} is {size[0]}x{size[1]}, annotation says {record.width}x{record.height}")
+
+
+def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check_images: bool = True) -> LoadedLevel:
+    """Load and validate one level. Strict: raise AnnotationError on any problem. Lenient: skip, count, list."""
+    data_dir = Path(data_dir)
+    path = annotation_path(data_dir, level)
+    fname = str(path)
+    if not path.is_file():
+        raise AnnotationError([Problem(fname, None, "annotation file not found")])
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise AnnotationError([Problem(fname, None, f"malformed JSON: {e}")]) from e
+    raw_records = doc.get("samples") if isinstance(doc, dict) else doc
+    if not isinstance(raw_records, list):
+        raise AnnotationError([Problem(fname, None, "expected a list of records or {'samples': [...]}")])
+
+    out = LoadedLevel(level=level, records=[])
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(raw_records):
+        rid = str(raw.get("id")) if isinstance(raw, dict) and "id" in raw else f"#{index}"
+        try:
+            if not isinstance(raw, dict):
+                raise ValueError(f"record {index} is not an object")
+            if rid in seen:
+                raise ValueError(f"duplicate record id (first at position {seen[rid]}, again at {index})")
+            seen[rid] = index
+            record = parse_record(raw, level, out.unknown_labels)
+            if check_images:
+                _check_image_file(data_dir, record)
+        except ValueError as e:
+            problems.append(Problem(fname, rid, str(e)))
+            continue
+        out.records.append(record)
+    for raw_label, n in out.unknown_labels.items():
+        out.warnings.append(Problem(fname, None, f"unknown markLabel {raw_label!r} on {n} mark(s), scored as "
+                                                 f"'{UNKNOWN}'"))
+    if problems and not lenient:
+        raise AnnotationError(problems)
+    out.skipped = problems
+    return out
+
+
+def load_dataset(data_dir: str | Path, levels: tuple[str, ...] | list[str] | None = None, *,
+                 lenient: bool = False, check_images: bool = True) -> dict[str, LoadedLevel]:
+    """Load the given levels (default: every level that has an annotation file)."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"data directory not found: {data_dir}")
+    levels = list(levels) if levels else available_levels(data_dir)
+    if not levels:
+        raise AnnotationError([Problem(str(data_dir / "annotations"), None, "no L1/L2/L3 annotation files")])
+    return {lvl: load_level(data_dir, lvl, lenient=lenient, check_images=check_images) for lvl in levels}
+
+
+def _mark_to_raw(m: Mark) -> dict:
+    attrs: dict = {"id": m.mark_id, "hand": m.hand}
+    if m.std is not None:
+        attrs["std"] = m.std
+    attrs["dimension1"] = m.content_format
+    attrs["dimension2"] = m.question_type
+    if m.question_id is not None:
+        attrs["question_id"] = m.question_id
+    attrs.update(m.extra_attributes)
+    raw: dict = {"bbox_2d": [[x, y] for x, y in m.points], "markLabel": m.raw_label, "attributes": attrs}
+    if m.stage is not None:
+        raw["educational_stage"] = m.stage
+    raw.update(m.extra)
+    return raw
+
+
+def record_to_raw(r: Record) -> dict:
+    raw = {"id": r.record_id, "subject": r.subject, "level": r.level, "image": r.image,
+           "width": r.width, "height": r.height, "marks": [_mark_to_raw(m) for m in r.marks]}
+    raw.update(r.extra)
+    return raw
+
+
+def write_level(data_dir: str | Path, level: str, records: list[Record]) -> Path:
+    """Write annotations/<level>.json (a record list, UTF-8, stable key order)."""
+    path = annotation_path(data_dir, level)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = Counter(r.record_id for r in records)
+    dup = [i for i, n in ids.items() if n > 1]
+    if dup:
+        raise ValueError(f"refusing to write {path}: duplicate record ids {dup[:10]}")
+    path.write_text(json.dumps([record_to_raw(r) for r in records], ensure_ascii=False, indent=1) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def write_manifest(data_dir: str | Path, records_by_level: dict[str, list[Record]]) -> Path:
+    """Counts per level and subject, plus answer-group counts; written for people, never read back."""
+    summary = {}
+    for level, records in sorted(records_by_level.items()):
+        summary[level] = {
+            "records": len(records),
+            "groups": sum(len(r.groups) for r in records),
+            "by_subject": dict(sorted(Counter(r.subject for r in records).items())),
+        }
+    path = Path(data_dir) / "manifest" / "summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path

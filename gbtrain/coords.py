@@ -1,0 +1,156 @@
+"""Coordinates: the Qwen2.5-VL resize rule and every box convention, in one place.
+
+Annotations hold boxes in original-image pixels. A model reads and writes boxes in its own
+convention; the builder (targets), the evaluator (L2 regions, parsing) and the scorer all convert
+through ``to_model`` / ``from_model`` with the same ``PixelBudget``, so training and test agree.
+
+Conventions (names usable in configs and on the command line):
+    qwen25         absolute pixels in the smart-resized image (Qwen2.5-VL), [x1, y1, x2, y2] ints
+    abs            absolute pixels in the original image, ints
+    rel1000        0-1000 [x1, y1, x2, y2] ints (Qwen3-VL, InternVL, GLM, Gemma)
+    rel1000-yxyx   0-1000 [y1, x1, y2, x2] ints (Gemini)
+    rel1           0-1 [x1, y1, x2, y2], 4 decimals (Kimi, DeepSeek)
+    rel1-cxcywh    0-1 [cx, cy, w, h], 4 decimals (GPT)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gbtrain.schema import Box
+
+PATCH_FACTOR = 28  # Qwen2.5-VL: 14 px patches merged 2x2
+MAX_ASPECT_RATIO = 200
+CONVENTIONS = ("qwen25", "abs", "rel1000", "rel1000-yxyx", "rel1", "rel1-cxcywh")
+_REL1_DECIMALS = 4
+
+
+@dataclass(frozen=True)
+class PixelBudget:
+    """The min/max pixel setting that builder, trainer and evaluator share (one config value).
+
+    Defaults are the GradingBench reference runs: min 224*224, max 2200*28*28 (about 1.7 Mpx).
+    """
+
+    min_pixels: int = 224 * 224
+    max_pixels: int = 2200 * 28 * 28
+
+    def __post_init__(self):
+        if not (0 < self.min_pixels <= self.max_pixels):
+            raise ValueError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of the image as the model sees it."""
+        h, w = smart_resize(height, width, PATCH_FACTOR, self.min_pixels, self.max_pixels)
+        return w, h
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """LLM tokens one image costs (one per 28x28 merged patch)."""
+        w, h = self.resized(width, height)
+        return (w // PATCH_FACTOR) * (h // PATCH_FACTOR)
+
+    def processor_size(self) -> dict[str, int]:
+        """The `size` argument of the transformers Qwen2-VL image processor."""
+        return {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels}
+
+    def mm_processor_kwargs(self) -> dict[str, int]:
+        """vLLM `mm_processor_kwargs` / qwen-vl-utils message keys."""
+        return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
+
+
+def smart_resize(height: int, width: int, factor: int = PATCH_FACTOR, min_pixels: int = 56 * 56,
+                 max_pixels: int = 14 * 14 * 4 * 1280) -> tuple[int, int]:
+    """(height, width), both multiples of `factor`, pixel count within [min, max], aspect kept.
+
+    The exact rule of the Qwen2-VL/Qwen2.5-VL image processor; tests check it against the processor.
+    """
+    if min(height, width) <= 0:
+        raise ValueError(f"image size must be positive, got {width}x{height}")
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise ValueError(f"aspect ratio {max(height, width) / min(height, width):.1f} exceeds {MAX_ASPECT_RATIO}")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _check(convention: str) -> None:
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown coordinate convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
+
+
+def _scale(convention: str, width: int, height: int, budget: PixelBudget) -> tuple[float, float]:
+    """Model units per original pixel, along x and y."""
+    if convention == "qwen25":
+        rw, rh = budget.resized(width, height)
+        return rw / width, rh / height
+    if convention == "abs":
+        return 1.0, 1.0
+    if convention.startswith("rel1000"):
+        return 1000.0 / width, 1000.0 / height
+    return 1.0 / width, 1.0 / height
+
+
+def to_model(box: Box, width: int, height: int, convention: str, budget: PixelBudget = PixelBudget()) -> list:
+    """Original-pixel box -> the list a model of `convention` reads and writes."""
+    _check(convention)
+    sx, sy = _scale(convention, width, height, budget)
+    x1, y1, x2, y2 = box.x1 * sx, box.y1 * sy, box.x2 * sx, box.y2 * sy
+    if convention.startswith("rel1") and not convention.startswith("rel1000"):
+        r = _REL1_DECIMALS
+        if convention == "rel1-cxcywh":
+            return [round((x1 + x2) / 2, r), round((y1 + y2) / 2, r), round(x2 - x1, r), round(y2 - y1, r)]
+        return [round(x1, r), round(y1, r), round(x2, r), round(y2, r)]
+    vals = [round(x1), round(y1), round(x2), round(y2)]
+    if convention == "rel1000-yxyx":
+        return [vals[1], vals[0], vals[3], vals[2]]
+    return vals
+
+
+def from_model(values: list[float], width: int, height: int, convention: str,
+               budget: PixelBudget = PixelBudget()) -> Box:
+    """A model's 4-number box -> original-pixel Box (x1 <= x2, y1 <= y2; not clipped)."""
+    _check(convention)
+    if len(values) != 4:
+        raise ValueError(f"a box needs 4 numbers, got {values!r}")
+    a, b, c, d = (float(v) for v in values)
+    if convention == "rel1000-yxyx":
+        a, b, c, d = b, a, d, c
+    elif convention == "rel1-cxcywh":
+        a, b, c, d = a - c / 2, b - d / 2, a + c / 2, b + d / 2
+    sx, sy = _scale(convention, width, height, budget)
+    x1, y1, x2, y2 = a / sx, b / sy, c / sx, d / sy
+    return Box(min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
+
+
+def model_unit_size(width: int, height: int, convention: str, budget: PixelBudget = PixelBudget()) -> tuple[float, float]:
+    """Original pixels per model unit along x and y: the rounding error bound of a round trip."""
+    _check(convention)
+    sx, sy = _scale(convention, width, height, budget)
+    if convention.startswith("rel1") and not convention.startswith("rel1000"):
+        return 10.0 ** -_REL1_DECIMALS / sx, 10.0 ** -_REL1_DECIMALS / sy
+    return 1.0 / sx, 1.0 / sy
+
+
+# Which convention a model family was trained with (GradingBench format note). Keys are matched
+# against a config.json `model_type` or a model name, lowercased, first match wins.
+_FAMILY_CONVENTIONS = (
+    ("qwen2_5_vl", "qwen25"), ("qwen2.5-vl", "qwen25"), ("qwen2_vl", "qwen25"), ("qwen2-vl", "qwen25"),
+    ("qwen3", "rel1000"), ("internvl", "rel1000"), ("glm", "rel1000"), ("gemma", "rel1000"),
+    ("gemini", "rel1000-yxyx"), ("claude", "abs"), ("kimi", "rel1"), ("deepseek", "rel1"),
+    ("gpt", "rel1-cxcywh"),
+)
+
+
+def convention_for_model(model_type_or_name: str) -> str | None:
+    """Default convention for a model family (None when unknown: the caller must ask for --coords)."""
+    key = model_type_or_name.lower()
+    return next((conv for family, conv in _FAMILY_CONVENTIONS if family in key), None)

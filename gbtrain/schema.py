@@ -1,0 +1,243 @@
+"""Typed annotation records: the one schema that the reader, generator, builder and scorer share.
+
+The GradingBench files mix Chinese and English keys and values; everything is normalised here to
+English vocabularies, and the raw value is kept where it matters for round trips or reporting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+LEVELS = ("L1", "L2", "L3")
+SUBJECTS = ("Mathematics", "Chinese", "English", "Science", "Humanities")
+STAGES = ("Elementary", "Junior_High", "Senior_High")
+QUESTION_TYPES = ("Fill-in-the-blank", "Multiple-choice", "True-False", "Problem-Solving", "Other")
+CONTENT_FORMATS = ("Text-only", "Chart-based", "Other")
+
+# Grading labels. "right"/"wrong" are the expert verdicts; the other three occur in the data and are
+# scored as "wrong" unless a scorer excludes them. "question" marks are context regions, not answers.
+RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN = "right", "wrong", "half_right", "unanswered", "unknown"
+CONTEXT = "question"
+ANSWER_LABELS = (RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN)
+
+LABEL_ALIASES = {
+    "right": RIGHT, "正确": RIGHT, "对": RIGHT,
+    "wrong": WRONG, "错误": WRONG, "错": WRONG,
+    "半对": HALF_RIGHT, "half_right": HALF_RIGHT,
+    "未作答": UNANSWERED, "unanswered": UNANSWERED,
+    "未知": UNKNOWN, "unknown": UNKNOWN,
+    "question": CONTEXT, "整题": CONTEXT,
+}
+STAGE_ALIASES = {
+    "小学": "Elementary", "Elementary": "Elementary", "Primary": "Elementary",
+    "初中": "Junior_High", "Junior_High": "Junior_High", "Middle": "Junior_High", "Junior High": "Junior_High",
+    "高中": "Senior_High", "Senior_High": "Senior_High", "High": "Senior_High", "Senior High": "Senior_High",
+}
+QUESTION_TYPE_ALIASES = {
+    "填空": "Fill-in-the-blank", "口算": "Fill-in-the-blank", "简单口算": "Fill-in-the-blank",
+    "Fill-in-the-blank": "Fill-in-the-blank", "Fill-in-blank": "Fill-in-the-blank",
+    "选择": "Multiple-choice", "Multiple-choice": "Multiple-choice",
+    "判断": "True-False", "True-False": "True-False", "True-false": "True-False", "True/False": "True-False",
+    "解答": "Problem-Solving", "开放": "Problem-Solving", "Problem-Solving": "Problem-Solving",
+    "Solution": "Problem-Solving",
+    "其他": "Other", "Other": "Other",
+}
+CONTENT_FORMAT_ALIASES = {
+    "文本": "Text-only", "Text-only": "Text-only", "Text": "Text-only",
+    "图表": "Chart-based", "作图": "Chart-based", "Chart-based": "Chart-based", "Chart": "Chart-based",
+    "其他": "Other", "Other": "Other",
+}
+NO_REFERENCE = "答案暂无"  # the data's placeholder for "no reference answer available"
+
+
+@dataclass(frozen=True)
+class Box:
+    """Axis-aligned box in original-image pixels (x1 <= x2, y1 <= y2)."""
+
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+
+    @staticmethod
+    def enclosing(points: list[tuple[float, float]] | list[Box]) -> Box:
+        if points and isinstance(points[0], Box):
+            return Box(min(b.x1 for b in points), min(b.y1 for b in points),
+                       max(b.x2 for b in points), max(b.y2 for b in points))
+        xs = [p[0] for p in points]
+        ys = [p[1] for p in points]
+        return Box(min(xs), min(ys), max(xs), max(ys))
+
+    @property
+    def width(self) -> float:
+        return self.x2 - self.x1
+
+    @property
+    def height(self) -> float:
+        return self.y2 - self.y1
+
+    @property
+    def center(self) -> tuple[float, float]:
+        return (self.x1 + self.x2) / 2, (self.y1 + self.y2) / 2
+
+    @property
+    def diagonal(self) -> float:
+        return math.hypot(self.width, self.height)
+
+    @property
+    def area(self) -> float:
+        return max(0.0, self.width) * max(0.0, self.height)
+
+    def is_finite(self) -> bool:
+        return all(math.isfinite(v) for v in (self.x1, self.y1, self.x2, self.y2))
+
+    def clip(self, width: float, height: float) -> Box:
+        return Box(min(max(self.x1, 0.0), width), min(max(self.y1, 0.0), height),
+                   min(max(self.x2, 0.0), width), min(max(self.y2, 0.0), height))
+
+    def expand(self, margin: float, width: float, height: float) -> Box:
+        return Box(self.x1 - margin, self.y1 - margin, self.x2 + margin, self.y2 + margin).clip(width, height)
+
+    def iou(self, other: Box) -> float:
+        inter = Box(max(self.x1, other.x1), max(self.y1, other.y1), min(self.x2, other.x2), min(self.y2, other.y2))
+        if inter.width <= 0 or inter.height <= 0:
+            return 0.0
+        union = self.area + other.area - inter.area
+        return inter.area / union if union > 0 else 0.0
+
+    def as_list(self) -> list[float]:
+        return [self.x1, self.y1, self.x2, self.y2]
+
+
+@dataclass
+class Mark:
+    """One annotated region: a student's answer area, or a question ("context") region."""
+
+    points: list[tuple[float, float]]  # polygon as annotated; a flat box is stored as its two corners
+    label: str  # normalised: one of ANSWER_LABELS or CONTEXT
+    raw_label: str
+    mark_id: str = ""  # "parent-sub", or "parent" for a question without sub-parts
+    hand: str = ""  # transcription of the handwriting
+    std: str | None = None  # reference answer as annotated (may be NO_REFERENCE); None when absent
+    question_type: str = "Other"
+    content_format: str = "Other"
+    stage: str | None = None
+    question_id: str | None = None  # on context marks: the question the region belongs to
+    extra_attributes: dict = field(default_factory=dict)  # attributes not understood, kept for round trips
+    extra: dict = field(default_factory=dict)  # mark-level keys not understood, kept for round trips
+
+    @property
+    def reference(self) -> str | None:
+        """The reference answer, or None when there is none (absent, empty or NO_REFERENCE)."""
+        if self.std is None or not self.std.strip() or self.std.strip() == NO_REFERENCE:
+            return None
+        return self.std
+
+    @property
+    def box(self) -> Box:
+        return Box.enclosing(self.points)
+
+    @property
+    def is_context(self) -> bool:
+        return self.label == CONTEXT
+
+    @property
+    def parent_id(self) -> str:
+        return self.mark_id.split("-", 1)[0]
+
+
+@dataclass
+class Group:
+    """The answer marks of one record that share one id: the unit that is graded and scored."""
+
+    group_id: str
+    marks: list[Mark]
+
+    def _ordered(self) -> list[Mark]:
+        return sorted(self.marks, key=lambda m: (m.box.y1, m.box.x1))
+
+    @property
+    def box(self) -> Box:
+        return Box.enclosing([m.box for m in self.marks])
+
+    @property
+    def label(self) -> str:
+        """right only if every mark is right; otherwise the first non-right label in reading order."""
+        labels = [m.label for m in self._ordered()]
+        return RIGHT if all(lbl == RIGHT for lbl in labels) else next(lbl for lbl in labels if lbl != RIGHT)
+
+    @property
+    def is_right(self) -> bool:
+        return self.label == RIGHT
+
+    @property
+    def hand(self) -> str:
+        return "".join(m.hand for m in self._ordered())
+
+    @property
+    def std(self) -> str | None:
+        """Distinct reference answers in reading order, joined; None when no mark has one."""
+        seen: list[str] = []
+        for m in self._ordered():
+            if m.reference is not None and m.reference not in seen:
+                seen.append(m.reference)
+        return "；".join(seen) if seen else None
+
+    @property
+    def parent_id(self) -> str:
+        return self.group_id.split("-", 1)[0]
+
+    def _common(self, attr: str) -> str:
+        return Counter(getattr(m, attr) for m in self.marks).most_common(1)[0][0]
+
+    @property
+    def question_type(self) -> str:
+        return self._common("question_type")
+
+    @property
+    def content_format(self) -> str:
+        return self._common("content_format")
+
+    @property
+    def stage(self) -> str | None:
+        return self._common("stage")
+
+
+@dataclass
+class Record:
+    """One annotation record: an image (page or crop) with its marks."""
+
+    record_id: str
+    level: str
+    subject: str
+    image: str  # relative to images/<level>/, e.g. "Mathematics/p0001.jpg"
+    width: int
+    height: int
+    marks: list[Mark]
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def page_id(self) -> str:
+        """The page a record comes from (L2 ids are "{page}_{k}"); used to split by page."""
+        return self.image.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+
+    @property
+    def groups(self) -> list[Group]:
+        """Answer groups in reading order (by the top, then left, of each group's box)."""
+        by_id: dict[str, list[Mark]] = {}
+        for m in self.marks:
+            if not m.is_context:
+                by_id.setdefault(m.mark_id, []).append(m)
+        groups = [Group(gid, ms) for gid, ms in by_id.items()]
+        return sorted(groups, key=lambda g: (g.box.y1, g.box.x1))
+
+    @property
+    def context_regions(self) -> list[Box]:
+        return [m.box for m in self.marks if m.is_context]
+
+    @property
+    def stage(self) -> str | None:
+        stages = [m.stage for m in self.marks if m.stage]
+        return Counter(stages).most_common(1)[0][0] if stages else None

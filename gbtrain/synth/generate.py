@@ -1,0 +1,174 @@
+"""Synthetic GradingBench datasets: pages -> L3 pages, L2 question records, L1 question crops.
+
+Deterministic for a seed: page i draws everything from its own generator seeded by (seed, i), so
+the result does not depend on the number of worker processes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+from tqdm import tqdm
+
+from gbtrain.annotations import write_level, write_manifest
+from gbtrain.schema import LABEL_ALIASES, STAGES, SUBJECTS, Box, Mark, Record
+from gbtrain.synth import artifacts
+from gbtrain.synth.banks import make_question
+from gbtrain.synth.render import DrawnQuestion, question_mix, render_clean_page
+
+MIN_WRONG_SHARE = 0.10
+MIN_ANSWERS_PER_PAGE = 5
+L1_MARGIN = 0.04  # crop margin around a question, as a fraction of the page width
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    wrong_share: float = 0.30
+    blank_share: float = 0.04
+    page_width: tuple[int, int] = (1000, 1240)  # width range; height follows an A4-like ratio
+
+    def __post_init__(self):
+        if not MIN_WRONG_SHARE <= self.wrong_share <= 0.9:
+            raise ValueError(f"wrong_share must be in [{MIN_WRONG_SHARE}, 0.9], got {self.wrong_share}")
+        if not 0 <= self.blank_share <= 0.3:
+            raise ValueError(f"blank_share must be in [0, 0.3], got {self.blank_share}")
+
+
+@dataclass
+class PageOutput:
+    page_id: str
+    subject: str
+    jpeg: bytes
+    l3: Record
+    l2: list[Record]
+    l1: list[tuple[Record, bytes]]
+
+
+def _poly(b: Box) -> list[tuple[float, float]]:
+    """A box as the four-point polygon GradingBench stores (rounded to 0.1 px)."""
+    x1, y1, x2, y2 = (round(v, 1) for v in b.as_list())
+    return [(x1, y1), (x2, y1), (x2, y2), (x1, y2)]
+
+
+def _answer_marks(q: DrawnQuestion, boxes: dict[int, Box], h, stage: str) -> list[Mark]:
+    marks = []
+    for a in q.answers:
+        box = boxes.get(a.label_index) if a.hand else None
+        if box is None:  # blank answer (or ink lost to the warp): the slot is the answer area
+            box = artifacts.warp_box(h, a.slot)
+        raw_label = "未作答" if not a.hand else ("right" if a.is_right else "wrong")
+        marks.append(Mark(points=_poly(box), label=LABEL_ALIASES[raw_label], raw_label=raw_label,
+                          mark_id=a.mark_id, hand=a.hand, std=a.part.std, question_type=a.part.qtype,
+                          content_format=q.question.content_format, stage=stage))
+    return marks
+
+
+def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions()) -> PageOutput:
+    rng = random.Random(f"gbtrain-synth-{seed}-{index}")
+    subject = SUBJECTS[index % len(SUBJECTS)] if rng.random() < 0.5 else rng.choice(SUBJECTS)
+    stage = rng.choice(STAGES)
+    width = rng.randint(*options.page_width)
+    size = (width, round(width * rng.uniform(1.33, 1.45)))
+    columns = 2 if rng.random() < 0.35 else 1
+    for _attempt in range(4):
+        questions: list = []
+        for qtype in question_mix(rng, 16):
+            for _ in range(6):  # avoid printing the same stem twice on one page
+                q = make_question(rng, subject, qtype, stage)
+                if all(q.stem != other.stem for other in questions):
+                    break
+            questions.append(q)
+        clean = render_clean_page(rng, subject, stage, questions, size, columns, options.wrong_share,
+                                  options.blank_share)
+        if sum(len(q.answers) for q in clean.questions) >= MIN_ANSWERS_PER_PAGE:
+            break
+    else:
+        raise RuntimeError(f"page {index}: could not place {MIN_ANSWERS_PER_PAGE} answers")
+    photo, labels, h = artifacts.scan(clean.image, clean.labels, rng)
+    n_labels = sum(len(q.answers) for q in clean.questions)
+    boxes = artifacts.label_boxes(labels, n_labels)
+    w, hh = photo.size
+    page_id = f"p{index:05d}"
+    rel = f"{subject}/{page_id}.jpg"
+    page_jpeg = artifacts.jpeg(photo, rng)
+
+    all_marks: list[Mark] = []
+    l2: list[Record] = []
+    l1: list[tuple[Record, bytes]] = []
+    page_image = Image.open(io.BytesIO(page_jpeg))
+    for k, q in enumerate(clean.questions):
+        answers = _answer_marks(q, boxes, h, stage)
+        all_marks += answers
+        qbox = artifacts.warp_box(h, q.box).clip(w, hh)
+        context = Mark(points=_poly(qbox), label="question", raw_label="question", mark_id=str(q.number),
+                       question_id=str(q.number), stage=stage, content_format=q.question.content_format,
+                       question_type=q.question.parts[0].qtype)
+        l2.append(Record(f"{page_id}_{k}", "L2", subject, rel, w, hh, [*answers, context]))
+        crop = qbox.expand(L1_MARGIN * w, w, hh)
+        cx, cy = round(crop.x1), round(crop.y1)
+        cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
+        shifted = [Mark(points=[(round(x - cx, 1), round(y - cy, 1)) for x, y in m.points], label=m.label,
+                        raw_label=m.raw_label, mark_id=m.mark_id, hand=m.hand, std=m.std,
+                        question_type=m.question_type, content_format=m.content_format, stage=m.stage)
+                   for m in answers]
+        buf = io.BytesIO()
+        page_image.crop((cx, cy, cx + cw, cy + ch)).save(buf, format="JPEG", quality=92)
+        l1.append((Record(f"{page_id}_q{q.number}", "L1", subject, f"{subject}/{page_id}_q{q.number}.jpg",
+                          cw, ch, shifted), buf.getvalue()))
+    l3 = Record(page_id, "L3", subject, rel, w, hh, all_marks)
+    return PageOutput(page_id, subject, page_jpeg, l3, l2, l1)
+
+
+def _write_page(out: Path, page: PageOutput) -> None:
+    l3_path = out / "images" / "L3" / page.l3.image
+    l3_path.parent.mkdir(parents=True, exist_ok=True)
+    l3_path.write_bytes(page.jpeg)
+    l2_path = out / "images" / "L2" / page.l3.image
+    l2_path.parent.mkdir(parents=True, exist_ok=True)
+    l2_path.unlink(missing_ok=True)
+    try:  # the L2 page is the L3 page: link rather than store it twice
+        os.link(l3_path, l2_path)
+    except OSError:
+        shutil.copyfile(l3_path, l2_path)
+    for rec, data in page.l1:
+        p = out / "images" / "L1" / rec.image
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+def _job(args: tuple[int, int, SynthOptions, str]) -> PageOutput:
+    seed, index, options, out = args
+    page = generate_page(seed, index, options)
+    _write_page(Path(out), page)
+    page.jpeg = b""  # written already; do not ship image bytes back to the parent
+    page.l1 = [(r, b"") for r, _ in page.l1]
+    return page
+
+
+def generate_dataset(out: str | Path, pages: int, seed: int = 0, options: SynthOptions = SynthOptions(),
+                     workers: int | None = None, progress: bool = True) -> dict[str, list[Record]]:
+    """Write `pages` synthetic pages in the GradingBench layout under `out`; return the records."""
+    out = Path(out)
+    workers = workers or min(os.cpu_count() or 1, 8)
+    jobs = [(seed, i, options, str(out)) for i in range(pages)]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(tqdm(pool.map(_job, jobs, chunksize=4), total=pages, desc="pages", disable=not progress))
+    else:
+        results = [_job(j) for j in tqdm(jobs, desc="pages", disable=not progress)]
+    levels = {
+        "L1": [r for p in results for r, _ in p.l1],
+        "L2": [r for p in results for r in p.l2],
+        "L3": [p.l3 for p in results],
+    }
+    for level, records in levels.items():
+        write_level(out, level, records)
+    write_manifest(out, levels)
+    return levels
