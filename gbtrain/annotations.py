@@ -36,7 +36,7 @@ _TYPE_KEYS = ("dimension2", "纬度2")
 _QUESTION_ID_KEYS = ("question_id", "题目id")
 _KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS}
 _KNOWN_MARK_KEYS = {"bbox_2d", "markLabel", "attributes", *_STAGE_KEYS}
-_KNOWN_RECORD_KEYS = {"id", "subject", "level", "image", "width", "height", "marks"}
+_KNOWN_RECORD_KEYS = {"id", "subject", "level", "image", "width", "height", "marks", "page_id"}
 
 BOX_TOLERANCE_FRACTION = 0.02  # boxes may overshoot the image by 2% of its size (annotation slop)
 
@@ -196,7 +196,8 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
         raise ValueError(f"record level {raw_level!r} found in the {level} annotation file")
     return Record(
         record_id=str(raw["id"]), level=level, subject=subject, image=rel, width=width, height=height,
-        marks=marks, extra={k: v for k, v in raw.items() if k not in _KNOWN_RECORD_KEYS},
+        marks=marks, page=_text(raw.get("page_id")),
+        extra={k: v for k, v in raw.items() if k not in _KNOWN_RECORD_KEYS},
     )
 
 
@@ -289,6 +290,8 @@ def _mark_to_raw(m: Mark) -> dict:
 def record_to_raw(r: Record) -> dict:
     raw = {"id": r.record_id, "subject": r.subject, "level": r.level, "image": r.image,
            "width": r.width, "height": r.height, "marks": [_mark_to_raw(m) for m in r.marks]}
+    if r.page is not None:
+        raw["page_id"] = r.page
     raw.update(r.extra)
     return raw
 

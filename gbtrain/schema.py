@@ -216,12 +216,14 @@ class Record:
     width: int
     height: int
     marks: list[Mark]
+    page: str | None = None  # the source page, when the file says (L1 crops); see page_id
     extra: dict = field(default_factory=dict)
 
     @property
     def page_id(self) -> str:
-        """The page a record comes from (L2 ids are "{page}_{k}"); used to split by page."""
-        return self.image.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        """The page a record comes from, used to split by page: the record's `page_id` when given,
+        else the image file name (an L2 record's image is its whole page)."""
+        return self.page or self.image.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
     @property
     def groups(self) -> list[Group]:

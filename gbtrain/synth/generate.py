@@ -70,7 +70,19 @@ def _answer_marks(q: DrawnQuestion, boxes: dict[int, Box], h, stage: str) -> lis
     return marks
 
 
-def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions()) -> PageOutput:
+@dataclass
+class RenderedPage:
+    subject: str
+    stage: str
+    photo: Image.Image  # the page as scanned, before JPEG
+    labels: Image.Image  # warped label map: answer label_index per ink pixel
+    homography: object  # numpy 3x3, clean page -> photo
+    questions: list[DrawnQuestion]
+    rng: random.Random  # the page's generator, positioned after rendering
+
+
+def render_page(seed: int, index: int, options: SynthOptions = SynthOptions(), ink_visible: bool = True) -> RenderedPage:
+    """Lay out, draw and scan page `index` of dataset `seed` (no annotation yet)."""
     rng = random.Random(f"gbtrain-synth-{seed}-{index}")
     subject = SUBJECTS[index % len(SUBJECTS)] if rng.random() < 0.5 else rng.choice(SUBJECTS)
     stage = rng.choice(STAGES)
@@ -86,24 +98,31 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
                     break
             questions.append(q)
         clean = render_clean_page(rng, subject, stage, questions, size, columns, options.wrong_share,
-                                  options.blank_share)
+                                  options.blank_share, ink_visible)
         if sum(len(q.answers) for q in clean.questions) >= MIN_ANSWERS_PER_PAGE:
             break
     else:
         raise RuntimeError(f"page {index}: could not place {MIN_ANSWERS_PER_PAGE} answers")
     photo, labels, h = artifacts.scan(clean.image, clean.labels, rng)
-    n_labels = sum(len(q.answers) for q in clean.questions)
-    boxes = artifacts.label_boxes(labels, n_labels)
-    w, hh = photo.size
+    return RenderedPage(subject, stage, photo, labels, h, clean.questions, rng)
+
+
+def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions()) -> PageOutput:
+    """One page with its L3 record, L2 records (one per question) and L1 crops (one per question)."""
+    page = render_page(seed, index, options)
+    subject, stage, h, rng = page.subject, page.stage, page.homography, page.rng
+    n_labels = sum(len(q.answers) for q in page.questions)
+    boxes = artifacts.label_boxes(page.labels, n_labels)
+    w, hh = page.photo.size
     page_id = f"p{index:05d}"
     rel = f"{subject}/{page_id}.jpg"
-    page_jpeg = artifacts.jpeg(photo, rng)
+    page_jpeg = artifacts.jpeg(page.photo, rng)
 
     all_marks: list[Mark] = []
     l2: list[Record] = []
     l1: list[tuple[Record, bytes]] = []
     page_image = Image.open(io.BytesIO(page_jpeg))
-    for k, q in enumerate(clean.questions):
+    for k, q in enumerate(page.questions):
         answers = _answer_marks(q, boxes, h, stage)
         all_marks += answers
         qbox = artifacts.warp_box(h, q.box).clip(w, hh)
@@ -121,7 +140,7 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
         buf = io.BytesIO()
         page_image.crop((cx, cy, cx + cw, cy + ch)).save(buf, format="JPEG", quality=92)
         l1.append((Record(f"{page_id}_q{q.number}", "L1", subject, f"{subject}/{page_id}_q{q.number}.jpg",
-                          cw, ch, shifted), buf.getvalue()))
+                          cw, ch, shifted, page=page_id), buf.getvalue()))
     l3 = Record(page_id, "L3", subject, rel, w, hh, all_marks)
     return PageOutput(page_id, subject, page_jpeg, l3, l2, l1)
 

@@ -47,6 +47,7 @@ class HandStyle:
     jitter: float  # glyph offset / rotation spread, as a fraction of the size
     stroke: int
     wobble: float  # baseline wobble amplitude, fraction of the size
+    visible: bool = True  # False draws the label map only (tests diff pages with and without ink)
 
     @staticmethod
     def random(rng: random.Random, unit: float) -> HandStyle:
@@ -116,7 +117,8 @@ def write_hand(page: Image.Image, labels: Image.Image, text: str, x: float, base
         dy = s * style.wobble * math.sin(phase + x / (s * 2.5)) + rng.gauss(0, style.jitter * s * 0.4)
         px = round(x + bbox[0] - pad // 2 + rng.gauss(0, style.jitter * s * 0.3))
         py = round(baseline - size * 1.5 + bbox[1] + dy)
-        page.paste(style.ink, (px, py), glyph)
+        if style.visible:
+            page.paste(style.ink, (px, py), glyph)
         labels.paste(label_index, (px, py), glyph.point(lambda v: 255 if v >= 80 else 0))
         x += f.getlength(ch) * rng.uniform(0.95, 1.1) + s * 0.04
     return x
@@ -341,7 +343,8 @@ def tight_box(img: Image.Image) -> tuple[int, int, int, int] | None:
 
 
 def render_clean_page(rng: random.Random, subject: str, stage: str, questions: list[Question],
-                      size: tuple[int, int], columns: int, wrong_share: float, blank_share: float) -> CleanPage:
+                      size: tuple[int, int], columns: int, wrong_share: float, blank_share: float,
+                      ink_visible: bool = True) -> CleanPage:
     """Place questions section by section, column by column, until the page is full."""
     w, h = size
     unit = w / BASE_WIDTH
@@ -349,6 +352,7 @@ def render_clean_page(rng: random.Random, subject: str, stage: str, questions: l
     labels = Image.new("L", size, 0)
     draw = ImageDraw.Draw(page)
     style = HandStyle.random(rng, unit)
+    style.visible = ink_visible
     margin, gap = round(70 * unit), round(50 * unit)
     zh = subject != "English"
     grade = rng.choice(GRADES[stage])

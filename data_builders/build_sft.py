@@ -1,0 +1,50 @@
+"""Build SFT conversations (a datasets.DatasetDict) from annotated exam pages.
+
+    python data_builders/build_sft.py --data runs/synth --out runs/sft \
+        [--config configs/data/default.yaml] [key=value ...]
+
+Keys (see gbtrain.config.BuildConfig): target_count, seed, coords, vision.min_pixels, vision.max_pixels,
+max_length, tokenizer, validation_share, test_share, mix.levels.L1, mix.modes.answer-free,
+mix.three_turn, l2_margin, lenient, workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from gbtrain.annotations import AnnotationError
+from gbtrain.config import BuildConfig, load_config
+from gbtrain.sft_dataset import build_sft_dataset
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="YAML config (configs/data/*.yaml)")
+    ap.add_argument("--data", help="GradingBench-layout folder (same as data=...)")
+    ap.add_argument("--out", help="output folder (same as out=...)")
+    ap.add_argument("--lenient", action="store_true", help="skip bad records, counted and listed in the card")
+    ap.add_argument("overrides", nargs="*", help="key=value config overrides")
+    args = ap.parse_args()
+    overrides = list(args.overrides)
+    overrides += [f"data={args.data}"] if args.data else []
+    overrides += [f"out={args.out}"] if args.out else []
+    overrides += ["lenient=true"] if args.lenient else []
+    try:
+        cfg = load_config(BuildConfig, args.config, overrides)
+        start = time.perf_counter()
+        stats = build_sft_dataset(cfg)
+    except (AnnotationError, ValueError, FileNotFoundError) as e:
+        sys.exit(f"build_sft: {e}")
+    took = time.perf_counter() - start
+    print(f"wrote {stats['total']} conversations to {cfg.out} in {took:.1f} s; splits {stats['by']['split']}")
+    if stats["dropped_over_max_length"]:
+        print(f"dropped for length > {cfg.max_length}: {stats['dropped_over_max_length']}")
+    if stats["shortfall"]:
+        print(f"fewer than the configured mix (too few records): {stats['shortfall']}")
+    print(f"card: {cfg.out}/card.md")
+
+
+if __name__ == "__main__":
+    main()

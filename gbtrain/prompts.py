@@ -1,0 +1,105 @@
+"""The instructions shown to the model: one wording for training (data builder) and testing (evaluator).
+
+Three levels (L1 question crop, L2 one question on a page, L3 whole page), two modes (answer-free:
+the model derives the answer itself; answer-based: reference answers are given), and the three-turn
+decomposition (locate + transcribe, solve or align, compare).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from gbtrain.coords import CONVENTIONS
+
+MODES = ("answer-free", "answer-based")
+MODE_SHORT = {"answer-free": "af", "answer-based": "ab"}
+
+_COORDS = {
+    "qwen25": "[x1, y1, x2, y2] in pixels of the image as you see it",
+    "abs": "[x1, y1, x2, y2] in pixels of the original image",
+    "rel1000": "[x1, y1, x2, y2] scaled to 0-1000",
+    "rel1000-yxyx": "[y1, x1, y2, x2] scaled to 0-1000",
+    "rel1": "[x1, y1, x2, y2] as fractions 0-1 of the width and height",
+    "rel1-cxcywh": "[cx, cy, w, h] as fractions 0-1 of the width and height",
+}
+assert set(_COORDS) == set(CONVENTIONS)
+
+_SCOPE = {
+    "L1": "This image is one question cropped from a student's exam paper.",
+    "L2": "This image is a student's exam page.",
+    "L3": "This image is a student's exam page.",
+}
+_TRANSCRIBE = ("Transcribe the handwriting exactly as written (a wrong answer stays wrong; write \"\" for a "
+               "blank answer).")
+
+
+def _box_rule(coords: str) -> str:
+    if coords not in _COORDS:
+        raise ValueError(f"unknown coordinate convention {coords!r}")
+    return f"Boxes are {_COORDS[coords]}."
+
+
+def _region_rule(regions: list[list]) -> str:
+    where = "; ".join(str(r) for r in regions)
+    return f"Grade only the question in the region {where}; ignore everything else on the page."
+
+
+def references_block(references: list[tuple[str, str | None]]) -> str:
+    """The reference answers given in answer-based mode, one line per question id."""
+    lines = [f"{qid}: {ref if ref is not None else '(no reference answer)'}" for qid, ref in references]
+    return "Reference answers:\n" + "\n".join(lines)
+
+
+def single_turn(level: str, mode: str, coords: str, regions: list[list] | None = None,
+                references: list[tuple[str, str | None]] | None = None) -> str:
+    """The one-turn grading instruction: locate, transcribe, answer, judge; output a JSON list."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
+    parts = [_SCOPE[level]]
+    if level == "L2":
+        parts.append(_region_rule(regions or []))
+    parts.append("Find every handwritten answer area, each sub-question separately, and grade it.")
+    parts.append(_TRANSCRIBE)
+    if mode == "answer-free":
+        parts.append('Solve each question yourself and put your answer in "answer".')
+    else:
+        parts.append(references_block(references or []))
+        parts.append('Put the reference answer of each question in "answer".')
+    parts.append('Set "correctness" to true if the student\'s answer is right, else false.')
+    parts.append(_box_rule(coords))
+    parts.append('Reply with a JSON list in reading order: [{"bbox_2d": [...], "text": "...", "answer": "...", '
+                 '"correctness": true}]')
+    return "\n".join(parts)
+
+
+def turn_locate(level: str, coords: str, regions: list[list] | None = None) -> str:
+    """Three-turn, turn 1: boxes and transcriptions only."""
+    parts = [_SCOPE[level]]
+    if level == "L2":
+        parts.append(_region_rule(regions or []))
+    parts += ["Find every handwritten answer area, each sub-question separately.", _TRANSCRIBE, _box_rule(coords),
+              'Reply with a JSON list in reading order: [{"bbox_2d": [...], "text": "..."}]']
+    return "\n".join(parts)
+
+
+def turn_solve(mode: str, references: list[tuple[str, str | None]] | None = None) -> str:
+    """Three-turn, turn 2: derive the answers (answer-free) or align the given references (answer-based)."""
+    if mode == "answer-free":
+        return ('Now solve each of those questions yourself. Reply with a JSON list in the same order: '
+                '[{"answer": "..."}]')
+    return (references_block(references or []) + "\nMatch each answer area above with its reference answer. "
+            'Reply with a JSON list in the same order: [{"answer": "..."}]')
+
+
+def turn_compare() -> str:
+    """Three-turn, turn 3: judge each student's answer against the answer of turn 2."""
+    return ('Compare each student\'s answer with that answer. Reply with a JSON list in the same order: '
+            '[{"correctness": true}]')
+
+
+def prompt_fingerprint() -> str:
+    """A short hash of every instruction template, recorded with predictions to tie them to a wording."""
+    probe = [single_turn(lvl, m, c, [[0, 0, 1, 1]], [("1", "x")]) for lvl in _SCOPE for m in MODES for c in _COORDS]
+    probe += [turn_locate("L2", "qwen25", [[0, 0, 1, 1]]), turn_solve("answer-free"),
+              turn_solve("answer-based", [("1", "x")]), turn_compare()]
+    return hashlib.sha256("\n".join(probe).encode()).hexdigest()[:12]

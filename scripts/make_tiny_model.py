@@ -1,0 +1,29 @@
+"""Build the tiny, locally made Qwen2.5-VL used by the tests and the demo (no hub access).
+
+    python scripts/make_tiny_model.py --out runs/tiny-qwen25vl [--min-pixels N --max-pixels N]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gbtrain.coords import PixelBudget
+from gbtrain.tiny_model import make_tiny_model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--min-pixels", type=int, default=PixelBudget().min_pixels)
+    ap.add_argument("--max-pixels", type=int, default=PixelBudget().max_pixels)
+    ap.add_argument("--hidden", type=int, default=128, help="text hidden size (head_dim is 64)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    path = make_tiny_model(args.out, PixelBudget(args.min_pixels, args.max_pixels), seed=args.seed,
+                           hidden=args.hidden, layers=args.layers)
+    print(f"tiny Qwen2.5-VL written to {path}")
+
+
+if __name__ == "__main__":
+    main()
