@@ -131,7 +131,8 @@ def from_model(values: list[float], width: int, height: int, convention: str,
     return Box(min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
 
 
-def model_unit_size(width: int, height: int, convention: str, budget: PixelBudget = PixelBudget()) -> tuple[float, float]:
+def model_unit_size(width: int, height: int, convention: str,
+                    budget: PixelBudget = PixelBudget()) -> tuple[float, float]:
     """Original pixels per model unit along x and y: the rounding error bound of a round trip."""
     _check(convention)
     sx, sy = _scale(convention, width, height, budget)

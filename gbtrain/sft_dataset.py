@@ -272,9 +272,10 @@ def render_card(stats: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def load_sft_dataset(out: str | Path):
-    """Open a built dataset; image paths are rebased onto `out` if the folder was moved."""
-    from datasets import load_from_disk
+def load_sft_dataset(out: str | Path, decode_images: bool = True):
+    """Open a built dataset for training: image paths are rebased onto `out` if the folder was moved,
+    and (decode_images) the `images` column becomes an Image feature, decoded lazily to PIL on access."""
+    from datasets import Image, List, load_from_disk
 
     out = Path(out).resolve()
     dd = load_from_disk(str(out))
@@ -289,4 +290,6 @@ def load_sft_dataset(out: str | Path):
             return {"images": [str(out) + p[len(built_at):] if p.startswith(built_at) else p for p in row["images"]]}
 
         dd = dd.map(rebase, desc="rebasing image paths")
+    if decode_images:
+        dd = dd.cast_column("images", List(Image()))
     return dd

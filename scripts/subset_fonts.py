@@ -40,7 +40,7 @@ def needed_characters(samples_per_kind: int = 400) -> str:
     chars = set(string.printable) - set("\t\n\r\x0b\x0c")
     chars |= set(FIXED_TEXT) | set("".join(EXAM_TITLES.values())) | set(str(GRADES)) | set(str(SECTION_TITLES))
     rng = random.Random(0)
-    for subject, kinds in BANKS.items():
+    for kinds in BANKS.values():
         for makers in kinds.values():
             for make in makers:
                 for _ in range(samples_per_kind):

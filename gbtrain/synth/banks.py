@@ -195,7 +195,8 @@ _IDIOMS = [("画蛇添", "足", "脚"), ("守株待", "兔", "免"), ("亡羊补
            ("对牛弹", "琴", "情"), ("自相矛", "盾", "质"), ("掩耳盗", "铃", "玲"), ("刻舟求", "剑", "箭")]
 _POETS = [("春眠不觉晓", "孟浩然", "李白"), ("床前明月光", "李白", "杜甫"), ("锄禾日当午", "李绅", "白居易"),
           ("白日依山尽", "王之涣", "王维"), ("离离原上草", "白居易", "孟浩然"), ("两个黄鹂鸣翠柳", "杜甫", "李绅")]
-_SENTENCES = ["因为下雨了，所以我们没有去公园。", "因为他很努力，所以考得很好。", "因为天气很冷，所以妈妈给我加了衣服。"]
+_SENTENCES = ["因为下雨了，所以我们没有去公园。", "因为他很努力，所以考得很好。",
+              "因为天气很冷，所以妈妈给我加了衣服。"]
 
 
 def _chinese_fill(rng: random.Random, stage: str) -> Question:
@@ -210,7 +211,7 @@ def _chinese_fill(rng: random.Random, stage: str) -> Question:
 def _chinese_choice(rng: random.Random, stage: str) -> Question:
     _, word, bad = rng.choice(_PINYIN_WORDS)
     others = [b for _, _, b in rng.sample(_PINYIN_WORDS, 4) if b != bad][:3]
-    return _choice_question(rng, f"下列词语中，书写正确的一项是", word, [bad, *others], zh=True)
+    return _choice_question(rng, "下列词语中，书写正确的一项是", word, [bad, *others], zh=True)
 
 
 def _chinese_tf(rng: random.Random, stage: str) -> Question:
@@ -236,7 +237,8 @@ _WORDS = [("book", "a thing you read"), ("apple", "a red or green fruit"), ("tea
           ("bridge", "it crosses a river"), ("kitchen", "where you cook"), ("doctor", "works in a hospital")]
 _QWORDS = [("How old", "She is twelve."), ("Where", "He is in the park."), ("What colour", "It is blue."),
            ("When", "At seven o'clock."), ("Who", "She is my sister."), ("How many", "There are five.")]
-_TRANSLATIONS = [("我喜欢读书。", "I like reading books."), ("他每天骑车上学。", "He goes to school by bike every day."),
+_TRANSLATIONS = [("我喜欢读书。", "I like reading books."),
+                 ("他每天骑车上学。", "He goes to school by bike every day."),
                  ("今天天气很好。", "The weather is fine today."), ("我们是好朋友。", "We are good friends.")]
 
 
@@ -245,8 +247,8 @@ def _english_fill(rng: random.Random, stage: str) -> Question:
     if rng.random() < 0.5:
         for base, third in rng.sample(_VERBS, rng.choice([1, 2, 3])):
             name = rng.choice(_NAMES)
-            parts.append(Part(f"{name} ____ ({base}) every day.", third, third, rng.choice([base, _misspell(rng, third)]),
-                              FILL))
+            wrong = rng.choice([base, _misspell(rng, third)])
+            parts.append(Part(f"{name} ____ ({base}) every day.", third, third, wrong, FILL))
         return Question(stem="Fill in the blanks with the right form of the verb.", parts=parts)
     for word, hint in rng.sample(_WORDS, rng.choice([1, 2, 3])):
         shown = word[0] + "_" * (len(word) - 2) + word[-1]
@@ -271,7 +273,7 @@ def _english_solve(rng: random.Random, stage: str) -> Question:
     zh, en = rng.choice(_TRANSLATIONS)
     words = en.split()
     i = rng.randrange(len(words))
-    wrong = " ".join(words[:i] + [_misspell(rng, words[i].strip("."))] + words[i + 1:])
+    wrong = " ".join([*words[:i], _misspell(rng, words[i].strip(".")), *words[i + 1:]])
     std = NO_REFERENCE if rng.random() < 0.25 else en
     return Question(stem=f"Translate into English: {zh}", parts=[Part("", std, en, wrong, SOLVE, lines=2)])
 
@@ -281,7 +283,8 @@ _SCI_FILL = [("标准大气压下，水在____℃时沸腾。", "100", "90"), ("
              ("地球绕太阳转一周约需____天。", "365", "360"), ("声音在____中不能传播。", "真空", "空气"),
              ("水由氢元素和____元素组成。", "氧", "氮"), ("光在真空中的速度约为____万千米每秒。", "30", "3")]
 _SCI_FACTS = [("鲸是鱼类。", False), ("月球本身不发光。", True), ("铁在潮湿的空气中容易生锈。", True),
-              ("所有金属都能被磁铁吸引。", False), ("蒸发只在水沸腾时发生。", False), ("种子发芽需要适宜的温度。", True)]
+              ("所有金属都能被磁铁吸引。", False), ("蒸发只在水沸腾时发生。", False),
+              ("种子发芽需要适宜的温度。", True)]
 _SCI_CHOICE = [("下列属于哺乳动物的是", "海豚", ["鲨鱼", "青蛙", "麻雀", "金鱼"]),
                ("下列材料中导电性最好的是", "铜", ["木头", "塑料", "玻璃", "橡胶"]),
                ("太阳系中离太阳最近的行星是", "水星", ["金星", "地球", "火星", "木星"])]
@@ -363,7 +366,8 @@ def _hum_chart(rng: random.Random, stage: str) -> Question:
 
 
 BANKS = {
-    "Mathematics": {FILL: [_math_fill, _math_fill, _math_chart], CHOICE: [_math_choice], TF: [_math_tf], SOLVE: [_math_solve]},
+    "Mathematics": {FILL: [_math_fill, _math_fill, _math_chart], CHOICE: [_math_choice], TF: [_math_tf],
+                    SOLVE: [_math_solve]},
     "Chinese": {FILL: [_chinese_fill], CHOICE: [_chinese_choice], TF: [_chinese_tf], SOLVE: [_chinese_solve]},
     "English": {FILL: [_english_fill], CHOICE: [_english_choice], TF: [_english_tf], SOLVE: [_english_solve]},
     "Science": {FILL: [_science_fill, _science_fill, _science_chart], CHOICE: [_science_choice], TF: [_science_tf],

@@ -81,7 +81,8 @@ class RenderedPage:
     rng: random.Random  # the page's generator, positioned after rendering
 
 
-def render_page(seed: int, index: int, options: SynthOptions = SynthOptions(), ink_visible: bool = True) -> RenderedPage:
+def render_page(seed: int, index: int, options: SynthOptions = SynthOptions(),
+                ink_visible: bool = True) -> RenderedPage:
     """Lay out, draw and scan page `index` of dataset `seed` (no annotation yet)."""
     rng = random.Random(f"gbtrain-synth-{seed}-{index}")
     subject = SUBJECTS[index % len(SUBJECTS)] if rng.random() < 0.5 else rng.choice(SUBJECTS)

@@ -32,6 +32,7 @@ PRINT_INK = (28, 28, 30)
 BASE_WIDTH = 1240  # layout sizes below are for this page width and scale with it
 _SLOT_RE = re.compile(r"(____|（　　）|\(    \))")
 _CJK_NUMERALS = "一二三四五六七八九十"
+_ROMAN = ("I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X")
 TITLE_SUFFIXES = ("期中测试卷", "期末测试卷", "单元练习")
 INFO_LINE = "姓名：________  班级：________  得分：________"
 FIXED_TEXT = _CJK_NUMERALS + "".join(TITLE_SUFFIXES) + INFO_LINE + "、（）＿"  # for font subsetting
@@ -383,7 +384,7 @@ def render_clean_page(rng: random.Random, subject: str, stage: str, questions: l
         if qtype != section:
             section = qtype
             name = SECTION_TITLES[zh][qtype]
-            head = f"{_CJK_NUMERALS[n_sections]}、{name}" if zh else f"{'IVX'[n_sections] if n_sections < 3 else n_sections + 1}. {name}"
+            head = f"{_CJK_NUMERALS[n_sections]}、{name}" if zh else f"{_ROMAN[n_sections]}. {name}"
             n_sections += 1
             _draw_print(draw, x, y + round(36 * unit), head, round(27 * unit))
             y += header_h

@@ -1,0 +1,147 @@
+import json
+
+import pytest
+from PIL import Image
+
+from gbtrain.annotations import AnnotationError, load_dataset, load_level, write_level
+from gbtrain.schema import HALF_RIGHT, RIGHT, UNANSWERED, UNKNOWN, WRONG
+
+
+def make_data(root, records, level="L3", wrap=False, size=(200, 100)):
+    """Write images for `records` and the annotation file; returns the data root."""
+    for r in records:
+        if isinstance(r, dict) and isinstance(r.get("image"), str) and ".." not in r["image"] \
+                and not r["image"].startswith("/"):
+            p = root / "images" / level / r["image"]
+            p.parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", size, "white").save(p)
+    ann = root / "annotations" / f"{level}.json"
+    ann.parent.mkdir(parents=True, exist_ok=True)
+    ann.write_text(json.dumps({"samples": records} if wrap else records, ensure_ascii=False), encoding="utf-8")
+    return root
+
+
+def rec(rid="p1", marks=None, image="Mathematics/p1.jpg", **kw):
+    base = {"id": rid, "subject": "Mathematics", "level": "L3", "image": image, "width": 200, "height": 100,
+            "marks": marks if marks is not None else [answer()]}
+    base.update(kw)
+    return base
+
+
+def answer(label="right", mid="1-1", box=None, **attrs):
+    a = {"id": mid, "hand": "12", "std": "12"}
+    a.update(attrs)
+    return {"bbox_2d": box or [[10, 10], [50, 10], [50, 30], [10, 30]], "markLabel": label, "attributes": a}
+
+
+def test_chinese_keys_and_values(tmp_path):
+    m = answer("正确", "3-2", **{"纬度1": "图表", "纬度2": "选择", "题目id": "3"})
+    m["学段"] = "初中"
+    ctx = {"bbox_2d": [0, 0, 100, 60], "markLabel": "整题", "attributes": {"id": "3", "题目id": "3"}}
+    ld = load_level(make_data(tmp_path, [rec(marks=[m, ctx])]), "L3")
+    r = ld.records[0]
+    assert [g.group_id for g in r.groups] == ["3-2"]
+    g = r.groups[0]
+    assert (g.label, g.question_type, g.content_format, g.stage) == (RIGHT, "Multiple-choice", "Chart-based",
+                                                                    "Junior_High")
+    assert r.context_regions[0].as_list() == [0, 0, 100, 60]  # a flat box is read as its corners
+    assert r.marks[1].question_id == "3"
+
+
+@pytest.mark.parametrize(("raw", "label"), [("right", RIGHT), ("wrong", WRONG), ("错误", WRONG), ("半对", HALF_RIGHT),
+                                            ("未作答", UNANSWERED), ("未知", UNKNOWN)])
+def test_label_vocabulary(tmp_path, raw, label):
+    ld = load_level(make_data(tmp_path, [rec(marks=[answer(raw)])]), "L3")
+    assert ld.records[0].groups[0].label == label
+    assert not ld.unknown_labels
+
+
+def test_unknown_label_is_counted_not_fatal(tmp_path):
+    ld = load_level(make_data(tmp_path, [rec(marks=[answer("maybe"), answer("maybe", "2")])]), "L3")
+    assert ld.unknown_labels == {"maybe": 2}
+    assert ld.records[0].groups[0].label == UNKNOWN
+    assert "maybe" in str(ld.warnings[0])
+
+
+def test_legacy_english_values_and_samples_wrapper(tmp_path):
+    m = answer("wrong", "5", dimension1="Chart", dimension2="True/False")
+    m["educational_stage"] = "Primary"
+    ld = load_level(make_data(tmp_path, [rec(marks=[m])], wrap=True), "L3")
+    g = ld.records[0].groups[0]
+    assert (g.group_id, g.parent_id, g.question_type, g.content_format, g.stage) == \
+        ("5", "5", "True-False", "Chart-based", "Elementary")
+
+
+def test_no_reference_placeholder(tmp_path):
+    ld = load_level(make_data(tmp_path, [rec(marks=[answer(std="答案暂无")])]), "L3")
+    assert ld.records[0].groups[0].std is None
+    assert ld.records[0].marks[0].std == "答案暂无"  # kept as annotated for round trips
+
+
+@pytest.mark.parametrize(("records", "message"), [
+    ([rec(), rec()], "duplicate record id"),
+    ([rec(marks=[answer(box=[[10, 10], [float("nan"), 30]])])], "non-finite"),
+    ([rec(marks=[answer(box=[[10, 10], [260, 30]])])], "outside"),
+    ([rec(image="../escape.jpg")], "without '..'"),
+    ([rec(image="/etc/passwd")], "must be relative"),
+    ([rec(width=0)], "positive integers"),
+    ([rec(marks=[{"markLabel": "right"}])], "missing bbox_2d"),
+    ([{"subject": "x"}], "missing key"),
+])
+def test_bad_records_name_file_and_record(tmp_path, records, message):
+    data = make_data(tmp_path, records)
+    with pytest.raises(AnnotationError) as e:
+        load_level(data, "L3")
+    text = str(e.value)
+    assert message in text and "L3.json" in text
+    assert "[record " in text
+
+
+def test_missing_image_and_wrong_size(tmp_path):
+    data = make_data(tmp_path, [rec("a", image="Mathematics/a.jpg"), rec("b", image="Mathematics/b.jpg")])
+    (data / "images/L3/Mathematics/a.jpg").unlink()
+    Image.new("RGB", (10, 10)).save(data / "images/L3/Mathematics/b.jpg")
+    with pytest.raises(AnnotationError) as e:
+        load_level(data, "L3")
+    assert len(e.value.problems) == 2
+    assert "record a" in str(e.value) and "not found" in str(e.value)
+    assert "record b" in str(e.value) and "10x10" in str(e.value)
+
+
+def test_malformed_json(tmp_path):
+    (tmp_path / "annotations").mkdir()
+    (tmp_path / "annotations/L1.json").write_text('[{"id": 1,,]')
+    with pytest.raises(AnnotationError, match=r"L1\.json: malformed JSON"):
+        load_level(tmp_path, "L1")
+
+
+def test_lenient_skips_and_counts(tmp_path):
+    data = make_data(tmp_path, [rec("good"), rec("bad", marks=[answer(box=[[0, 0], [999, 999]])]), rec("good")])
+    ld = load_level(data, "L3", lenient=True)
+    assert [r.record_id for r in ld.records] == ["good"]
+    assert len(ld.skipped) == 2
+    assert {p.record_id for p in ld.skipped} == {"bad", "good"}
+
+
+def test_round_trip_is_exact(tmp_path):
+    m = answer("半对", "2-1", **{"纬度1": "文本", "纬度2": "解答", "extra_key": [1, 2]})
+    m["学段"] = "高中"
+    m["custom"] = "kept"
+    data = make_data(tmp_path, [rec(marks=[m, answer("正确", "2-2", std=None)], note="x", page_id="pg")])
+    first = load_level(data, "L3").records
+    write_level(tmp_path, "L3", first)
+    second = load_level(tmp_path, "L3").records
+    assert first == second
+    assert second[0].marks[0].extra_attributes == {"extra_key": [1, 2]}
+    assert second[0].marks[0].extra == {"custom": "kept"}
+    assert second[0].extra == {"note": "x"} and second[0].page_id == "pg"
+    text = (tmp_path / "annotations/L3.json").read_text(encoding="utf-8")
+    write_level(tmp_path, "L3", second)
+    assert (tmp_path / "annotations/L3.json").read_text(encoding="utf-8") == text
+
+
+def test_load_dataset_finds_levels(tmp_path):
+    make_data(tmp_path, [rec()], level="L3")
+    assert list(load_dataset(tmp_path)) == ["L3"]
+    with pytest.raises(FileNotFoundError):
+        load_dataset(tmp_path / "nope")

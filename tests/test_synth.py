@@ -1,0 +1,118 @@
+import hashlib
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from gbtrain.annotations import load_dataset
+from gbtrain.schema import QUESTION_TYPES, SUBJECTS
+from gbtrain.synth import fonts
+from gbtrain.synth.banks import BANKS, make_question
+from gbtrain.synth.banks import QUESTION_TYPES as BANK_TYPES
+from gbtrain.synth.generate import SynthOptions, generate_page, render_page
+
+
+def test_generated_dataset_passes_strict_validation(synth_dir):
+    loaded = load_dataset(synth_dir)
+    assert set(loaded) == {"L1", "L2", "L3"}
+    l3 = loaded["L3"].records
+    assert len(l3) == 12
+    for r in l3:
+        assert len(r.groups) >= 5, r.record_id
+    # Every L2 record grades one question of its page, whose region is given by question marks.
+    for r in loaded["L2"].records:
+        assert r.context_regions and r.groups
+        page = next(p for p in l3 if p.page_id == r.page_id)
+        assert {g.group_id for g in r.groups} <= {g.group_id for g in page.groups}
+    # L1 crops carry the same answers as their questions, on the crop, and name their page.
+    l2_groups = Counter((r.page_id, g.group_id, g.hand, g.label) for r in loaded["L2"].records for g in r.groups)
+    l1_groups = Counter((r.page_id, g.group_id, g.hand, g.label) for r in loaded["L1"].records for g in r.groups)
+    assert l1_groups == l2_groups
+    for r in loaded["L1"].records:
+        for g in r.groups:
+            assert 0 <= g.box.x1 < g.box.x2 <= r.width and 0 <= g.box.y1 < g.box.y2 <= r.height
+
+
+def test_same_seed_same_bytes_any_worker_count(tmp_path):
+    from gbtrain.synth.generate import generate_dataset
+
+    digests = []
+    for workers, out in ((1, tmp_path / "a"), (2, tmp_path / "b")):
+        generate_dataset(out, pages=3, seed=3, workers=workers, progress=False)
+        files = sorted(p for p in out.rglob("*") if p.is_file())
+        digests.append({str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
+    assert digests[0] == digests[1]
+    assert generate_page(3, 1).jpeg != generate_page(4, 1).jpeg
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 4])
+def test_answer_boxes_enclose_the_ink_tightly(index):
+    """Ink = pixels that differ between the page drawn with and without handwriting (same seed, so the
+    same layout, distortion and noise). Every ink pixel lies in its answer's box, and the box is tight."""
+    with_ink = render_page(11, index)
+    without = render_page(11, index, ink_visible=False)
+    diff = np.abs(np.asarray(with_ink.photo.convert("L"), int) - np.asarray(without.photo.convert("L"), int))
+    ink = diff > 60
+    page = generate_page(11, index)
+    boxes = [m.box for m in page.l3.marks if m.hand]
+    covered = np.zeros_like(ink)
+    for b in boxes:
+        x1, y1 = max(0, int(b.x1) - 2), max(0, int(b.y1) - 2)
+        covered[y1:int(b.y2) + 2, x1:int(b.x2) + 2] = True
+        inner = ink[int(b.y1):int(np.ceil(b.y2)), int(b.x1):int(np.ceil(b.x2))]
+        rows, cols = np.flatnonzero(inner.any(axis=1)), np.flatnonzero(inner.any(axis=0))
+        assert rows.size, f"no ink in box {b}"
+        # tight: the ink reaches within 3 px of every edge of its box
+        assert rows[0] <= 3 and cols[0] <= 3
+        assert inner.shape[0] - 1 - rows[-1] <= 3 and inner.shape[1] - 1 - cols[-1] <= 3
+    assert not (ink & ~covered).any(), f"{int((ink & ~covered).sum())} ink pixels outside every answer box"
+
+
+def test_wrong_share_and_labels():
+    marks = [m for i in range(30) for m in generate_page(5, i, SynthOptions(wrong_share=0.3)).l3.marks]
+    labels = Counter(m.raw_label for m in marks)
+    answered = labels["right"] + labels["wrong"]
+    assert 0.2 <= labels["wrong"] / answered <= 0.4
+    assert labels["未作答"] > 0  # some blanks
+    assert all(m.hand == "" for m in marks if m.raw_label == "未作答")
+    assert {m.question_type for m in marks} == set(BANK_TYPES)
+    assert {m.content_format for m in marks} == {"Text-only", "Chart-based"}
+    assert {m.stage for m in marks} == {"Elementary", "Junior_High", "Senior_High"}
+
+
+def test_wrong_share_floor():
+    with pytest.raises(ValueError, match="wrong_share"):
+        SynthOptions(wrong_share=0.05)
+
+
+def test_wrong_answers_differ_from_right_ones():
+    rng = random.Random(1)
+    for subject, kinds in BANKS.items():
+        for qtype in kinds:
+            for _ in range(50):
+                q = make_question(rng, subject, qtype, rng.choice(["Elementary", "Junior_High", "Senior_High"]))
+                for p in q.parts:
+                    assert p.wrong_answer != p.right_answer, (subject, qtype, p)
+                    assert p.qtype in QUESTION_TYPES
+
+
+def test_fonts_cover_every_bank_character():
+    rng = random.Random(2)
+    for subject in SUBJECTS:
+        for qtype in BANK_TYPES:
+            for _ in range(100):
+                q = make_question(rng, subject, qtype, "Junior_High")
+                for text in [q.stem, *q.options] + [p.prompt for p in q.parts]:
+                    fonts.runs("print", text)
+                for p in q.parts:
+                    fonts.runs("hand", p.right_answer + p.wrong_answer)
+
+
+@pytest.mark.slow
+def test_pages_do_not_repeat():
+    signatures = set()
+    for i in range(150):
+        page = generate_page(9, i)
+        signatures.add(tuple((m.mark_id, m.hand) for m in page.l3.marks))
+    assert len(signatures) == 150
