@@ -391,9 +391,10 @@ def render_clean_page(rng: random.Random, subject: str, stage: str, questions: l
         page.paste(canvas.img, (x, y))
         labels.paste(canvas.labels, (x, y))
         tb = tight_box(canvas.img) or (0, 0, col_w, canvas.img.height)
-        drawn.box = Box(x + tb[0], y + tb[1], x + tb[2], y + tb[3])
         for a in drawn.answers:
             a.slot = _offset(a.slot, x, y)
+        # the question region holds its printed text, ink and answer slots (a blank one has no ink)
+        drawn.box = Box.enclosing([Box(x + tb[0], y + tb[1], x + tb[2], y + tb[3]), *(a.slot for a in drawn.answers)])
         placed.append(drawn)
         y += canvas.img.height
     return CleanPage(page, labels, placed)
