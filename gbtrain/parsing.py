@@ -73,17 +73,15 @@ def _scan_value(text: str, start: int) -> tuple[int, bool]:
                 quote = None
         elif ch in "\"'":
             # a single quote inside a word (don't) is text, not a Python string opener
-            if ch == "'" and i > 0 and text[i - 1].isalnum() and i + 1 < len(text) and text[i + 1].isalnum():
-                pass
-            else:
+            in_word = ch == "'" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+            if not in_word:
                 quote = ch
         elif ch in pairs:
             stack.append(pairs[ch])
-        elif ch in "]}":
-            if stack and ch == stack[-1]:
-                stack.pop()
-                if not stack:
-                    return i + 1, True
+        elif ch in "]}" and stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1, True
         i += 1
     return len(text), False
 
@@ -170,6 +168,8 @@ def _unwrap(value) -> list | None:
             return value[0]  # [[{...}, {...}]]
         return value
     if isinstance(value, dict):
+        if not value:
+            return []
         for key in _WRAPPER_KEYS:
             if isinstance(value.get(key), list):
                 return value[key]

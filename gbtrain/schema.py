@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 LEVELS = ("L1", "L2", "L3")
 SUBJECTS = ("Mathematics", "Chinese", "English", "Science", "Humanities")
@@ -113,7 +114,9 @@ class Box:
 
 @dataclass
 class Mark:
-    """One annotated region: a student's answer area, or a question ("context") region."""
+    """One annotated region: a student's answer area, or a question ("context") region.
+
+    Records, marks and groups are read once and then treated as immutable (boxes are cached)."""
 
     points: list[tuple[float, float]]  # polygon as annotated; a flat box is stored as its two corners
     label: str  # normalised: one of ANSWER_LABELS or CONTEXT
@@ -135,7 +138,7 @@ class Mark:
             return None
         return self.std
 
-    @property
+    @cached_property
     def box(self) -> Box:
         return Box.enclosing(self.points)
 
@@ -155,17 +158,18 @@ class Group:
     group_id: str
     marks: list[Mark]
 
+    @cached_property
     def _ordered(self) -> list[Mark]:
         return sorted(self.marks, key=lambda m: (m.box.y1, m.box.x1))
 
-    @property
+    @cached_property
     def box(self) -> Box:
         return Box.enclosing([m.box for m in self.marks])
 
     @property
     def label(self) -> str:
         """right only if every mark is right; otherwise the first non-right label in reading order."""
-        labels = [m.label for m in self._ordered()]
+        labels = [m.label for m in self._ordered]
         return RIGHT if all(lbl == RIGHT for lbl in labels) else next(lbl for lbl in labels if lbl != RIGHT)
 
     @property
@@ -174,13 +178,13 @@ class Group:
 
     @property
     def hand(self) -> str:
-        return "".join(m.hand for m in self._ordered())
+        return "".join(m.hand for m in self._ordered)
 
     @property
     def std(self) -> str | None:
         """Distinct reference answers in reading order, joined; None when no mark has one."""
         seen: list[str] = []
-        for m in self._ordered():
+        for m in self._ordered:
             if m.reference is not None and m.reference not in seen:
                 seen.append(m.reference)
         return "；".join(seen) if seen else None

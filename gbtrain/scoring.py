@@ -113,31 +113,35 @@ def item_boxes(items: list[parsing.PredictedItem], record: Record, opts: ScoreOp
     return out
 
 
-def match_by_centre(items: list[ItemBox], groups: list[Group], radius: float) -> dict[int, int]:
+def match_by_centre(items: list[ItemBox], group_boxes: list[Box], radius: float) -> dict[int, int]:
     """Step 3: group index -> item index. Items top-down (y1, x1, output order); each takes the nearest
     unmatched group whose centre is within radius x that group's diagonal of its own centre."""
     order = sorted((i for i, ib in enumerate(items) if ib.box is not None),
                    key=lambda i: (items[i].box.y1, items[i].box.x1, i))
+    reach = [(gb.center, radius * gb.diagonal) for gb in group_boxes]
     taken: dict[int, int] = {}
     for i in order:
         cx, cy = items[i].box.center
         best, best_d = None, math.inf
-        for g_idx, g in enumerate(groups):
+        for g_idx, ((gx, gy), limit) in enumerate(reach):
             if g_idx in taken:
                 continue
-            gx, gy = g.box.center
             d = math.hypot(cx - gx, cy - gy)
-            if d <= radius * g.box.diagonal and d < best_d:
+            if d <= limit and d < best_d:
                 best, best_d = g_idx, d
         if best is not None:
             taken[best] = i
     return taken
 
 
-def iou_matches(boxes: list[Box], groups: list[Group], threshold: float) -> int:
-    """True positives at one IoU threshold: greedy one-to-one by descending IoU (ties: item, then group order)."""
-    pairs = sorted(((b.iou(g.box), i, j) for i, b in enumerate(boxes) for j, g in enumerate(groups)),
-                   key=lambda t: (-t[0], t[1], t[2]))
+def iou_pairs(boxes: list[Box], group_boxes: list[Box]) -> list[tuple[float, int, int]]:
+    """(IoU, item, group) for every overlapping pair, by descending IoU (ties: item, then group order)."""
+    pairs = [(b.iou(g), i, j) for i, b in enumerate(boxes) for j, g in enumerate(group_boxes)]
+    return sorted((p for p in pairs if p[0] > 0), key=lambda t: (-t[0], t[1], t[2]))
+
+
+def iou_matches(pairs: list[tuple[float, int, int]], threshold: float) -> int:
+    """True positives at one IoU threshold: greedy one-to-one over `iou_pairs` order."""
     used_i, used_j, tp = set(), set(), 0
     for iou, i, j in pairs:
         if iou < threshold:
@@ -180,10 +184,14 @@ def _rate(n: int, d: int) -> float:
 def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]]) -> tuple[float, dict[str, float]]:
     """mAP@[0.2:0.5] in [0, 100]: AP_t = P_t x R_t over the whole setting (one PR point: no confidences)."""
     n_items = sum(len(b) for b in boxes_by_record.values())
-    n_groups = sum(len(r.groups) for r in records)
+    pairs, n_groups = [], 0
+    for r in records:
+        group_boxes = [g.box for g in r.groups]
+        n_groups += len(group_boxes)
+        pairs.append(iou_pairs(boxes_by_record.get(r.record_id, []), group_boxes))
     ap = {}
     for t in IOU_THRESHOLDS:
-        tp = sum(iou_matches(boxes_by_record.get(r.record_id, []), r.groups, t) for r in records)
+        tp = sum(iou_matches(p, t) for p in pairs)
         p = tp / n_items if n_items else 0.0
         rec = tp / n_groups if n_groups else 0.0
         ap[f"{t:.2f}"] = round(p * rec, _ROUND)
@@ -275,7 +283,7 @@ def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
         items = item_boxes(parsing.normalize_items(parsed.items), r, opts)
         no_valid_box += sum(ib.box is None for ib in items)
         boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
-        for g_idx, i_idx in match_by_centre(items, groups, opts.match_radius).items():
+        for g_idx, i_idx in match_by_centre(items, [g.box for g in groups], opts.match_radius).items():
             g, out, item = groups[g_idx], group_outcomes[g_idx], items[i_idx].item
             matched_items[(r.record_id, g.group_id)] = item
             out.localized = True
@@ -329,7 +337,7 @@ def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
         "settings": asdict(opts) | {"judge": getattr(judge, "name", opts.judge), "cer_threshold": CER_THRESHOLD,
                                     "iou_thresholds": list(IOU_THRESHOLDS)},
         "scorer_sha256": scorer_sha256(),
-        "groups": [asdict(o) for o in outcomes],
+        "groups": [dict(vars(o)) for o in outcomes],
     }
 
 

@@ -1,0 +1,85 @@
+"""Benchmark the scorer: 6 settings x ~3,300 groups of synthetic predictions (prints figures).
+
+    python scripts/bench_score.py [--groups 3300] [--seed 0]
+
+Records and predictions are made in memory (no images needed): predictions copy the ground truth
+with perturbations (shifted boxes, misread texts, wrong answers and judgments, missing and
+unparsable records), so every gate of the metric is exercised. Target: <= 2 s in all, one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+from gbtrain.conversations import answer_items
+from gbtrain.coords import PixelBudget
+from gbtrain.schema import Mark, Record
+from gbtrain.scoring import Predictions, ScoreOptions, score
+
+
+def make_records(n_groups: int, level: str, rng: random.Random) -> list[Record]:
+    records, made, k = [], 0, 0
+    while made < n_groups:
+        marks = []
+        for g in range(min(11, n_groups - made)):
+            x, y = rng.uniform(50, 900), 60 + g * 120
+            label = rng.choice(["right", "right", "wrong"])
+            marks.append(Mark(points=[(x, y), (x + rng.uniform(40, 200), y + rng.uniform(20, 60))], label=label,
+                              raw_label=label, mark_id=f"{g + 1}", hand=str(rng.randint(0, 999)),
+                              std=str(rng.randint(0, 999)), question_type="Fill-in-the-blank"))
+        made += len(marks)
+        records.append(Record(f"{level}-{k}", level, "Mathematics", f"Mathematics/{k}.jpg", 1200, 1500, marks))
+        k += 1
+    return records
+
+
+def make_predictions(records: list[Record], rng: random.Random, budget: PixelBudget) -> Predictions:
+    responses = {}
+    for r in records:
+        roll = rng.random()
+        if roll < 0.03:
+            continue  # missing
+        if roll < 0.05:
+            responses[r.record_id] = "I could not read this page."
+            continue
+        items = answer_items(r, "qwen25", budget)
+        for it in items:
+            if rng.random() < 0.1:
+                it["bbox_2d"] = [v + rng.randint(-40, 40) for v in it["bbox_2d"]]
+            if rng.random() < 0.1:
+                it["text"] = "x" + it["text"][::-1]
+            if rng.random() < 0.1:
+                it["answer"] = "?"
+            if rng.random() < 0.1:
+                it["correctness"] = not it["correctness"]
+        responses[r.record_id] = "```json\n" + json.dumps(items, ensure_ascii=False) + "\n```"
+    return Predictions(responses)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--groups", type=int, default=3300)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    budget = PixelBudget()
+    total = 0.0
+    for level in ("L1", "L2", "L3"):
+        records = make_records(args.groups, level, rng)
+        preds = make_predictions(records, rng, budget)
+        for mode in ("answer-free", "answer-based"):
+            start = time.perf_counter()
+            report = score(records, preds, ScoreOptions(level, mode, "qwen25"))
+            took = time.perf_counter() - start
+            total += took
+            print(json.dumps({"bench": "score", "level": level, "mode": mode, "groups": report["n_groups"],
+                              "seconds": round(took, 3), "accuracy": report["accuracy"],
+                              "map_20_50": report["map_20_50"]}))
+    print(json.dumps({"bench": "score_total", "settings": 6, "seconds": round(total, 3), "target_seconds": 2.0}))
+
+
+if __name__ == "__main__":
+    main()

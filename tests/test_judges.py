@@ -1,0 +1,61 @@
+import pytest
+
+from gbtrain.judges import LLMJudge, RuleJudge, normalize_text, parse_yes_no
+
+
+@pytest.mark.parametrize(("answer", "reference", "same"), [
+    ("高兴", "高兴", True),
+    (" 高 兴。", "高兴", True),
+    ("ＡＢＣ", "abc", True),
+    ("1,000", "1000", True),
+    ("50%", "0.5", True),
+    ("1/2", "0.5", True),
+    ("0.3333333", "1/3", True),  # relative difference 1e-7, within 1e-6
+    ("0.3333", "1/3", False),
+    ("1000000.5", "1000000", True),
+    ("3.14", "3.15", False),
+    ("-4", "-4.0", True),
+    ("0", "0.0", True),
+    ("A、C", "CA", True),
+    ("(B)", "B", True),
+    ("A and C", "A,C", True),
+    ("AB", "A", False),
+    ("√", "对", True),
+    ("T", "true", True),
+    ("×", "正确", False),
+    ("no", "错", True),
+    ("", "", False),
+    ("", "5", False),
+    ("高心", "高兴", False),
+    ("4个", "4", False),
+    ("1/0", "1/0", True),  # equal text, though not a number
+])
+def test_rule_judge(answer, reference, same):
+    assert RuleJudge().equivalent(answer, reference) is same
+
+
+def test_normalize_text():
+    assert normalize_text(" Ａ\u3000b\tC\n") == "abc"
+
+
+@pytest.mark.parametrize(("reply", "yes"), [("yes", True), ("Yes.", True), (" YES ", True), ("是", True),
+                                            ("no", False), ("yes, they are", False), ("", False),
+                                            ("<think>hmm</think>yes", True), ("maybe", False)])
+def test_strict_yes_no(reply, yes):
+    assert parse_yes_no(reply) is yes
+
+
+def test_llm_judge_caches_and_batches():
+    calls = []
+
+    def generate(prompts):  # a deterministic generator: "yes" when both answers appear identical
+        calls.append(len(prompts))
+        return ["yes" if p.split("Answer A: ")[1].split("\n")[0] == p.split("Answer B: ")[1].split("\n")[0]
+                else "no" for p in prompts]
+
+    judge = LLMJudge(generate, "test")
+    pairs = [("4", "4"), ("5", "4"), ("4", "4"), ("", "4")]
+    assert judge.judge_many(pairs) == [True, False, True, False]
+    assert calls == [2]  # one batch, duplicates and empty answers not sent
+    assert judge.judge_many([("5", "4")]) == [False]
+    assert calls == [2]  # cached

@@ -1,0 +1,72 @@
+"""eval/score.py end to end: a prediction file in, report.json out (rule judge, and a real vLLM judge)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gbtrain.annotations import load_level
+from gbtrain.conversations import answer_items
+from gbtrain.coords import PixelBudget
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_predictions(path, records, coords="qwen25", drop=0):
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records[drop:]:
+            items = answer_items(r, coords, PixelBudget())
+            f.write(json.dumps({"id": r.record_id, "response": json.dumps(items, ensure_ascii=False)},
+                               ensure_ascii=False) + "\n")
+
+
+def run_score(*args, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "eval" / "score.py"), *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+def test_cli_scores_and_reports(synth_dir, tmp_path):
+    records = load_level(synth_dir, "L1").records
+    write_predictions(tmp_path / "p.jsonl", records, drop=2)
+    out = tmp_path / "report.json"
+    proc = run_score("--data", synth_dir, "--level", "L1", "--mode", "answer-free", "--predictions",
+                     tmp_path / "p.jsonl", "--coords", "qwen25", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    missing_groups = sum(len(r.groups) for r in records[:2])
+    assert report["coverage"]["missing"] == 2
+    assert report["accuracy"] == pytest.approx(1 - missing_groups / report["n_groups"], abs=1e-6)
+    assert "accuracy" in proc.stdout and "missing 2" in proc.stdout
+
+
+def test_cli_refuses_duplicates_with_exit_2(synth_dir, tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"id": "x", "response": ""}\n{"id": "x", "response": ""}\n')
+    proc = run_score("--data", synth_dir, "--level", "L3", "--mode", "answer-based", "--predictions", p,
+                     "--coords", "abs", "--out", tmp_path / "r.json")
+    assert proc.returncode == 2 and "duplicated id" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_cli_with_a_real_vllm_judge(synth_dir, tiny_model_dir, tmp_path):
+    """An untrained model as judge answers neither a strict yes nor no: every answer gate it decides fails,
+    so only groups without a reference (unverifiable) can pass."""
+    records = load_level(synth_dir, "L3").records[:3]
+    ids = {r.record_id for r in records}
+    write_predictions(tmp_path / "p.jsonl", records)
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
+               VLLM_NO_USAGE_STATS="1", VLLM_CACHE_ROOT=str(tmp_path / "cache"), TMPDIR=str(tmp_path),
+               VLLM_RPC_BASE_PATH=str(tmp_path))
+    out = tmp_path / "r.json"
+    proc = run_score("--data", synth_dir, "--level", "L3", "--mode", "answer-free", "--predictions",
+                     tmp_path / "p.jsonl", "--coords", "qwen25", "--judge", f"vllm:{tiny_model_dir}", "--out", out,
+                     env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["settings"]["judge"] == f"vllm:{tiny_model_dir}"
+    scored = [g for g in report["groups"] if g["record_id"] in ids]
+    assert scored and all(g["reasoned"] == g["unverifiable"] for g in scored)

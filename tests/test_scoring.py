@@ -1,0 +1,240 @@
+import json
+
+import pytest
+
+from gbtrain.annotations import load_dataset
+from gbtrain.conversations import answer_items
+from gbtrain.coords import CONVENTIONS, PixelBudget, to_model
+from gbtrain.schema import Box, Mark, Record
+from gbtrain.scoring import (
+    Predictions,
+    PredictionsError,
+    ScoreOptions,
+    cer,
+    read_predictions,
+    reasoning_accuracy,
+    recognition_rate,
+    score,
+    write_report,
+)
+
+W, H = 1000, 800
+
+
+def mark(box, mid, label="right", hand="42", std="42", **kw):
+    x1, y1, x2, y2 = box
+    return Mark(points=[(x1, y1), (x2, y1), (x2, y2), (x1, y2)], label=label, raw_label=label, mark_id=mid,
+                hand=hand, std=std, **kw)
+
+
+def page(rid="p1", marks=None, level="L3"):
+    marks = marks if marks is not None else [mark((100, 100, 200, 150), "1-1"),
+                                              mark((100, 400, 300, 460), "1-2", "wrong", "7", "8")]
+    return Record(rid, level, "Mathematics", f"Mathematics/{rid}.jpg", W, H, marks)
+
+
+def item(box, text="42", answer="42", correctness=True):
+    return {"bbox_2d": list(box), "text": text, "answer": answer, "correctness": correctness}
+
+
+def run(records, responses, mode="answer-free", coords="abs", **kw):
+    preds = Predictions({k: (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+                         for k, v in responses.items()})
+    return score(records, preds, ScoreOptions(records[0].level, mode, coords, **kw))
+
+
+def outcome(report, gid):
+    return next(g for g in report["groups"] if g["group_id"] == gid)
+
+
+PERFECT = [item((100, 100, 200, 150)), item((100, 400, 300, 460), "7", "8", False)]
+
+
+def test_perfect_predictions():
+    r = run([page()], {"p1": PERFECT})
+    assert (r["accuracy"], r["localized"], r["recognized"], r["reasoned"]) == (1, 1, 1, 1)
+    assert r["map_20_50"] == 100 and r["fn"] == 0 and r["fp"] == 0
+    assert r["correct"] == 2 and r["n_groups"] == 2
+
+
+def test_each_gate_fails_alone():
+    cases = {
+        "far": [item((700, 700, 800, 780)), PERFECT[1]],
+        "cer": [item((100, 100, 200, 150), text="13"), PERFECT[1]],
+        "answer": [item((100, 100, 200, 150), answer="41"), PERFECT[1]],
+        "judgment": [item((100, 100, 200, 150), correctness=False), PERFECT[1]],
+    }
+    expected = {"far": (0, 0, 0, 0), "cer": (1, 0, 0, 0), "answer": (1, 1, 0, 0), "judgment": (1, 1, 1, 0)}
+    for name, items in cases.items():
+        g = outcome(run([page()], {"p1": items}), "1-1")
+        assert (g["localized"], g["recognized"], g["reasoned"], g["accurate"]) == tuple(map(bool, expected[name])), name
+
+
+def test_answer_based_ignores_the_answer():
+    items = [item((100, 100, 200, 150), answer="nonsense"), PERFECT[1]]
+    assert run([page()], {"p1": items}, mode="answer-based")["accuracy"] == 1
+    assert run([page()], {"p1": items}, mode="answer-free")["accuracy"] == 0.5
+
+
+def test_fn_fp_and_string_judgments():
+    items = [item((100, 100, 200, 150), correctness="false"), item((100, 400, 300, 460), "7", "8", "true")]
+    r = run([page()], {"p1": items})
+    assert (r["fn"], r["fp"], r["accuracy"]) == (1, 1, 0)
+    bad = [item((100, 100, 200, 150), correctness="maybe"), PERFECT[1]]
+    g = outcome(run([page()], {"p1": bad}), "1-1")
+    assert g["reasoned"] and not g["accurate"] and g["judged"] is None
+
+
+def test_cer_rules():
+    assert cer("", "abc") == 1.0
+    assert cer("", "") == 0.0
+    assert cer("x", "") == 1.0
+    assert cer("ＡＢ １", "ab1") == 0.0
+    assert cer("abcd", "abc") == pytest.approx(1 / 3)
+    assert cer("a much longer wrong answer", "ab") > 1
+    rec = page(marks=[mark((100, 100, 200, 150), "1", hand="", std="x")])
+    assert run([rec], {"p1": [item((100, 100, 200, 150), text="", answer="x")]})["accuracy"] == 1
+    assert run([rec], {"p1": [item((100, 100, 200, 150), text="x", answer="x")]})["recognized"] == 0
+
+
+def test_multi_box_items_and_groups():
+    rec = page(marks=[mark((100, 100, 150, 150), "2", hand="a"), mark((300, 100, 350, 150), "2", hand="b")])
+    items = [{"bbox_2d": [[100, 100, 150, 150], [300, 100, 350, 150]], "text": "ab", "answer": "42",
+              "correctness": True}]
+    r = run([rec], {"p1": items})
+    assert r["accuracy"] == 1 and r["map_20_50"] == 100
+
+
+def test_two_items_near_one_group_take_it_once():
+    items = [item((100, 100, 200, 150)), item((102, 102, 202, 152)), PERFECT[1]]
+    r = run([page()], {"p1": items})
+    assert r["accuracy"] == 1
+    assert r["ap_by_iou"]["0.50"] == pytest.approx((2 / 3) * 1)  # P = 2/3 (one extra item), R = 1
+
+
+def test_radius_boundary():
+    # group 1-1: 100x50 box, diagonal ~111.8; an item of the same size moved right by d
+    diag = (100 ** 2 + 50 ** 2) ** 0.5
+    inside = [item((100 + diag - 0.01, 100, 200 + diag - 0.01, 150))]
+    outside = [item((100 + diag + 0.5, 100, 200 + diag + 0.5, 150))]
+    rec = page(marks=[mark((100, 100, 200, 150), "1")])
+    assert run([rec], {"p1": inside})["localized"] == 1
+    assert run([rec], {"p1": outside})["localized"] == 0
+    assert run([rec], {"p1": outside}, match_radius=2.0)["localized"] == 1
+
+
+def test_no_reference_is_unverifiable():
+    rec = page(marks=[mark((100, 100, 200, 150), "1", std="答案暂无")])
+    r = run([rec], {"p1": [item((100, 100, 200, 150), answer="anything")]})
+    assert r["accuracy"] == 1 and r["unverifiable"] == 1
+
+
+def test_other_labels_count_as_wrong_or_are_excluded():
+    rec = page(marks=[mark((100, 100, 200, 150), "1", "half_right"), mark((100, 400, 300, 460), "2")])
+    items = [item((100, 100, 200, 150), correctness=False), item((100, 400, 300, 460))]
+    r = run([rec], {"p1": items}, mode="answer-based")
+    assert r["accuracy"] == 1 and r["labels"] == {"half_right": 1, "right": 1}
+    r = run([rec], {"p1": items}, mode="answer-based", exclude_other=True)
+    assert r["n_groups"] == 1 and r["excluded_other_labels"] == 1
+
+
+def test_l2_extra_predictions_do_not_count_against():
+    rec = page("p1_0", level="L2", marks=[mark((100, 100, 200, 150), "1"),
+                                          mark((0, 0, 400, 200), "1", "question", "", None)])
+    items = [item((100, 100, 200, 150)), item((100, 600, 300, 650), "zz")]
+    r = run([rec], {"p1_0": items})
+    assert r["accuracy"] == 1 and r["n_groups"] == 1
+
+
+@pytest.mark.parametrize("coords", CONVENTIONS)
+def test_coordinate_conventions(coords):
+    budget = PixelBudget(28 * 28 * 4, 28 * 28 * 500)
+    rec = page()
+    items = [dict(it, bbox_2d=to_model(Box(*it["bbox_2d"]), W, H, coords, budget)) for it in PERFECT]
+    r = run([rec], {"p1": items}, coords=coords, min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
+    assert r["accuracy"] == 1 and r["map_20_50"] == 100
+
+
+def test_no_boxes_and_invalid_boxes():
+    items = [{"text": "42", "answer": "42", "correctness": True}, item((5000, 5000, 6000, 6000)), PERFECT[1]]
+    r = run([page()], {"p1": items})
+    assert r["coverage"]["no_valid_box"] == 2 and r["accuracy"] == 0.5
+
+
+def test_coverage_missing_unexpected_unparsable():
+    recs = [page("a"), page("b"), page("c")]
+    r = run(recs, {"a": PERFECT, "b": "I see nothing to grade", "zzz": PERFECT})
+    cov = r["coverage"]
+    assert (cov["missing"], cov["unparsable"], cov["unexpected"]) == (1, 1, 1)
+    assert cov["ids"] == {"missing": ["c"], "unparsable": ["b"], "unexpected": ["zzz"], "duplicate": []}
+    assert r["n_groups"] == 6 and r["accuracy"] == pytest.approx(2 / 6, abs=1e-6)
+
+
+def test_duplicates_in_prediction_file(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"id": "a", "response": "x"}\n{"id": "a", "response": "y"}\n')
+    with pytest.raises(PredictionsError, match="duplicated id"):
+        read_predictions(p)
+    preds = read_predictions(p, allow_duplicates=True)
+    assert preds.responses == {"a": "y"} and preds.duplicates == ["a"]
+    (tmp_path / "bad.jsonl").write_text('{"id": "a"}\nnot json\n')
+    with pytest.raises(PredictionsError, match=r"bad\.jsonl:2"):
+        read_predictions(tmp_path / "bad.jsonl")
+
+
+def test_breakdown_from_the_data():
+    marks = [mark((100, 100, 200, 150), "1", question_type="Other", content_format="Chart-based", stage="Elementary"),
+             mark((100, 400, 300, 460), "2", question_type="Multiple-choice")]
+    r = run([page(marks=marks)], {"p1": [item((100, 100, 200, 150))]})
+    b = r["breakdown"]
+    assert b["question_type"] == {"Multiple-choice": {"n": 1, "correct": 0, "accuracy": 0.0},
+                                  "Other": {"n": 1, "correct": 1, "accuracy": 1.0}}
+    assert b["stage"] == {"Elementary": {"n": 1, "correct": 1, "accuracy": 1.0},
+                          "Unknown": {"n": 1, "correct": 0, "accuracy": 0.0}}
+    assert b["subject"]["Mathematics"]["n"] == 2
+
+
+def test_deterministic_bytes(tmp_path):
+    for name in ("a.json", "b.json"):
+        write_report(run([page()], {"p1": PERFECT[:1]}), tmp_path / name)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert len(json.loads((tmp_path / "a.json").read_text())["scorer_sha256"]) == 64
+
+
+def test_partial_credit():
+    def m(box, mid, full, got):
+        mk = mark(box, mid)
+        mk.extra_attributes = {"full_score": full, "score": got}
+        return mk
+
+    rec = page(marks=[m((100, 100, 200, 150), "1", 10, 10), m((100, 400, 300, 460), "2", 10, 4)])
+    items = [dict(item((100, 100, 200, 150)), score=9), dict(item((100, 400, 300, 460), "42"), score=7)]
+    pc = run([rec], {"p1": items})["partial_credit"]
+    assert pc["mae"] == 2 and pc["mean_signed_error"] == 1 and pc["max_error"] == 3
+    assert pc["confusion_matrix"] == [[0, 1, 0], [0, 0, 0], [0, 0, 1]]
+    # bands gt (0, 2), pred (1, 2): observed 0.25/2, expected from marginals; hand-computed kappa
+    # observed weighted disagreement 0.25/2; expected from the marginals (gt [1,0,1], pred [0,1,1]) 1.5/4
+    assert pc["qwk"]["value"] == pytest.approx(1 - (0.25 / 2) / (1.5 / 4), abs=1e-6)
+    same_band = page(marks=[m((100, 100, 200, 150), "1", 10, 10)])
+    pc = run([same_band], {"p1": [dict(item((100, 100, 200, 150)), score=10)]})["partial_credit"]
+    assert pc["qwk"]["value"] is None and "undefined" in pc["qwk"]["reason"]
+    assert run([page()], {"p1": PERFECT})["partial_credit"] is None
+
+
+def test_diagnostics():
+    rec = page()
+    assert recognition_rate([rec], {("p1", "1-1"): "42", ("p1", "1-2"): "9"}) == 0.5
+    assert reasoning_accuracy([rec], {("p1", "1-1"): "true", ("p1", "1-2"): "true"}) == 0.5
+
+
+def test_perfect_predictions_in_every_setting(synth_dir):
+    """Property: GT boxes, texts, answers and labels score accuracy 1.0 and mAP 100 everywhere."""
+    budget = PixelBudget()
+    loaded = load_dataset(synth_dir)
+    for level, ld in loaded.items():
+        for coords in CONVENTIONS:
+            responses = {r.record_id: json.dumps(answer_items(r, coords, budget), ensure_ascii=False)
+                         for r in ld.records}
+            for mode in ("answer-free", "answer-based"):
+                rep = score(ld.records, Predictions(responses), ScoreOptions(level, mode, coords))
+                assert rep["accuracy"] == 1.0 and rep["map_20_50"] == 100, (level, coords, mode)
