@@ -82,3 +82,69 @@ def load_config(schema: type[T], path: str | Path | None = None, overrides: list
 
 def to_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+@dataclass
+class LoraSettings:
+    r: int = 64
+    alpha: int = 128
+    dropout: float = 0.05
+    # LLM linears only: the vision blocks have gate/up/down projections too, so select by path.
+    target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+@dataclass
+class FreezeSettings:
+    """Which parts do not train (full fine-tuning; with LoRA the base weights are frozen anyway)."""
+
+    vision_tower: bool = True
+    merger: bool = False
+    llm: bool = False
+
+
+@dataclass
+class LearningRates:
+    llm: float = 1e-4
+    merger: float = 1e-5
+    vision_tower: float = 2e-6
+
+
+@dataclass
+class TrainConfig:
+    """recipes/sft_qwen.py: TRL + PEFT SFT of a Qwen2.5-VL-class model on the builder's output."""
+
+    model: str = "???"  # hub id or folder (with model_init=random: only its config is read)
+    model_init: str = "pretrained"  # pretrained | random (architecture from config, random weights)
+    dataset: str = "???"  # data_builders/build_sft.py output folder
+    output_dir: str = "???"
+    finetune: str = "lora"  # lora | full | qlora (bitsandbytes 4-bit, GPU only)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    freeze: FreezeSettings = field(default_factory=FreezeSettings)
+    lr: LearningRates = field(default_factory=LearningRates)
+    vision: VisionConfig | None = None  # None: the dataset's (it must match the one the boxes were built with)
+    max_length: int = 8192  # longer samples are rejected before training, counted, never truncated
+    packing: bool = True  # padding-free packing into rows of pack_tokens; False: padded, length-grouped
+    pack_tokens: int = 16384
+    per_device_batch_size: int = 1  # packed rows (packing) or samples (no packing) per device step
+    gradient_accumulation_steps: int = 8
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    warmup_ratio: float = 0.03  # share of the total steps (transformers warmup_steps < 1)
+    weight_decay: float = 0.0
+    lr_scheduler: str = "cosine"
+    max_grad_norm: float = 1.0
+    gradient_checkpointing: bool = True  # non-reentrant
+    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 | flex_attention (GPU)
+    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
+    liger: bool = False  # Liger kernels (GPU, liger-kernel installed)
+    eval_steps: int = 200
+    save_steps: int = 200
+    save_total_limit: int = 3
+    logging_steps: int = 10
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    seed: int = 42
+    resume: bool = False  # continue from the last checkpoint in output_dir
+    dataloader_num_workers: int = 2
+    peak_tflops: float = 989.0  # per-device dense bf16 peak for MFU (H100/H200 SXM); 0 disables MFU
+    limit_train_samples: int | None = None
+    limit_eval_samples: int | None = None

@@ -102,28 +102,32 @@ class LengthCounter:
     a tokenizer-free upper-side guess) and the card says so.
     """
 
-    def __init__(self, tokenizer_path: str | None, budget: PixelBudget):
+    def __init__(self, tokenizer, budget: PixelBudget):
+        """`tokenizer`: a tokenizer object, a path or hub id to load one from, or None (estimate)."""
         self.budget = budget
-        self.tokenizer = None
-        if tokenizer_path:
+        self.tokenizer = tokenizer
+        if isinstance(tokenizer, str):
             from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
 
     @property
     def exact(self) -> bool:
         return self.tokenizer is not None
 
-    def lengths(self, convs: list[Conversation], batch: int = 512) -> list[int]:
-        image_tokens = [self.budget.image_tokens(c.record.width, c.record.height) for c in convs]
+    def lengths(self, convs: list[Conversation]) -> list[int]:
+        return self.count([c.messages for c in convs], [(c.record.width, c.record.height) for c in convs])
+
+    def count(self, messages: list[list[dict]], image_sizes: list[tuple[int, int]], batch: int = 512) -> list[int]:
+        """Token lengths of conversations whose one image has the given (width, height)."""
+        image_tokens = [self.budget.image_tokens(w, h) for w, h in image_sizes]
         if self.tokenizer is None:
-            text = [sum(len(m["content"].encode()) for m in c.messages) // 3 + 30 * len(c.messages) for c in convs]
+            text = [sum(len(m["content"].encode()) for m in msgs) // 3 + 30 * len(msgs) for msgs in messages]
         else:
             text = []
-            for i in tqdm(range(0, len(convs), batch), desc="token lengths", leave=False):
-                chunk = convs[i:i + batch]
-                rendered = [self.tokenizer.apply_chat_template(with_image_placeholder(c.messages), tokenize=False)
-                            for c in chunk]
+            for i in tqdm(range(0, len(messages), batch), desc="token lengths", leave=False):
+                rendered = [self.tokenizer.apply_chat_template(with_image_placeholder(msgs), tokenize=False)
+                            for msgs in messages[i:i + batch]]
                 enc = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
                 text += [len(ids) - 1 for ids in enc]  # the one <|image_pad|> stands for the image tokens
         return [t + n for t, n in zip(text, image_tokens, strict=True)]
@@ -155,7 +159,8 @@ def _row(c: Conversation, split: str, image: str, length: int) -> dict:
     return {
         "sample_id": c.sample_id, "page_id": r.page_id, "record_id": r.record_id, "level": r.level,
         "mode": c.mode, "turns": c.turns, "subject": r.subject, "stage": r.stage or "Unknown",
-        "num_tokens": length, "images": [image], "messages": c.messages, "split": split,
+        "num_tokens": length, "image_width": r.width, "image_height": r.height, "images": [image],
+        "messages": c.messages, "split": split,
     }
 
 
@@ -197,7 +202,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
 
 def _empty(dataset_cls):
     cols = ["sample_id", "page_id", "record_id", "level", "mode", "turns", "subject", "stage", "num_tokens",
-            "images", "messages", "split"]
+            "image_width", "image_height", "images", "messages", "split"]
     return dataset_cls.from_dict({c: [] for c in cols})
 
 
@@ -293,3 +298,14 @@ def load_sft_dataset(out: str | Path, decode_images: bool = True):
     if decode_images:
         dd = dd.cast_column("images", List(Image()))
     return dd
+
+
+def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
+    """The pixel budget a built dataset's boxes were computed with (None for a folder without a build config)."""
+    from omegaconf import OmegaConf
+
+    path = Path(out) / "build_config.yaml"
+    if not path.exists():
+        return None
+    vision = OmegaConf.load(path).get("vision")
+    return PixelBudget(int(vision.min_pixels), int(vision.max_pixels)) if vision else None

@@ -1,0 +1,168 @@
+"""Model setup for SFT: loading (pretrained or random init), GPU-only option checks, freezing,
+LoRA / QLoRA, optimizer parameter groups with separate learning rates, and the ZeRO-3 vision guard.
+
+Qwen2.5-VL in transformers 5: ``model.model.visual`` (vision blocks + ``merger``) and
+``model.model.language_model`` (+ ``model.lm_head``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from gbtrain.config import TrainConfig
+
+VISION, MERGER, LLM = "vision_tower", "merger", "llm"
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def check_options(cfg: TrainConfig) -> None:
+    """Refuse GPU-only settings where they cannot run, with a message that says what to change."""
+    gpu = cuda_available()
+    problems = []
+    if cfg.precision not in ("auto", "bf16", "fp32"):
+        problems.append(f"precision={cfg.precision!r}: choose auto, bf16 or fp32")
+    if cfg.precision == "bf16" and not gpu:
+        problems.append("precision=bf16 needs a CUDA GPU; use precision=auto (fp32 on CPU)")
+    if cfg.attn_implementation not in ("sdpa", "eager", "flash_attention_2", "flex_attention"):
+        problems.append(f"attn_implementation={cfg.attn_implementation!r}: choose sdpa, eager, flash_attention_2 or "
+                        f"flex_attention")
+    if cfg.attn_implementation == "flash_attention_2" and not (gpu and importlib.util.find_spec("flash_attn")):
+        problems.append("attn_implementation=flash_attention_2 needs a CUDA GPU and the flash-attn package; "
+                        "use sdpa")
+    if cfg.attn_implementation == "flex_attention" and not gpu:
+        problems.append("attn_implementation=flex_attention is a GPU option here; use sdpa on CPU")
+    if cfg.liger and not (gpu and importlib.util.find_spec("liger_kernel")):
+        problems.append("liger=true needs a CUDA GPU and the liger-kernel package")
+    if cfg.finetune not in ("lora", "full", "qlora"):
+        problems.append(f"finetune={cfg.finetune!r}: choose lora, full or qlora")
+    if cfg.finetune == "qlora" and not (gpu and importlib.util.find_spec("bitsandbytes")):
+        problems.append("finetune=qlora needs a CUDA GPU and bitsandbytes; use finetune=lora")
+    if cfg.model_init not in ("pretrained", "random"):
+        problems.append(f"model_init={cfg.model_init!r}: choose pretrained or random")
+    if problems:
+        raise ValueError("unsupported training options:\n  " + "\n  ".join(problems))
+
+
+def train_dtype(cfg: TrainConfig) -> torch.dtype:
+    if cfg.precision == "bf16" or (cfg.precision == "auto" and cuda_available()):
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_model(cfg: TrainConfig):
+    """The model to train, in the training dtype, with the chosen attention implementation."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    dtype = train_dtype(cfg)
+    if cfg.model_init == "random":
+        config = AutoConfig.from_pretrained(cfg.model)
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
+                                                        attn_implementation=cfg.attn_implementation)
+    else:
+        kwargs = {}
+        if cfg.finetune == "qlora":
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
+                bnb_4bit_use_double_quant=True, llm_int8_skip_modules=["visual", "lm_head"])
+        model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype,
+                                                            attn_implementation=cfg.attn_implementation, **kwargs)
+    model.config.use_cache = False
+    return model
+
+
+def part_of(name: str) -> str:
+    """Which part a parameter belongs to, from its name (works through PEFT/DeepSpeed wrappers)."""
+    if ".visual.merger." in f".{name}" or name.startswith("visual.merger."):
+        return MERGER
+    if ".visual." in f".{name}":
+        return VISION
+    return LLM
+
+
+def apply_freezing(model, cfg: TrainConfig) -> None:
+    """Full fine-tuning: freeze the vision tower, the merger and/or the LLM (embeddings and head included)."""
+    frozen = {VISION: cfg.freeze.vision_tower, MERGER: cfg.freeze.merger, LLM: cfg.freeze.llm}
+    for name, p in model.named_parameters():
+        if frozen[part_of(name)]:
+            p.requires_grad_(False)
+
+
+def apply_lora(model, cfg: TrainConfig):
+    """Wrap with PEFT LoRA on the LLM linears (regex on module paths); the merger can still train fully."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.finetune == "qlora":
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    modules_to_save = ["merger"] if not cfg.freeze.merger else None
+    lora = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                      target_modules=cfg.lora.target_modules, modules_to_save=modules_to_save, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def setup_model(cfg: TrainConfig):
+    """Load, then freeze (full) or wrap with LoRA (lora/qlora); returns the model to hand to the trainer."""
+    model = load_model(cfg)
+    if cfg.finetune == "full":
+        apply_freezing(model, cfg)
+    else:
+        model = apply_lora(model, cfg)
+    always_run_vision_tower(model)
+    return model
+
+
+def _no_decay(name: str, p: torch.nn.Parameter) -> bool:
+    return p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias")
+
+
+def parameter_groups(model, cfg: TrainConfig) -> list[dict]:
+    """Optimizer groups: one learning rate per part (vision tower, merger, LLM incl. adapters), and no
+    weight decay on biases and norms. Frozen parameters are left out."""
+    rates = {VISION: cfg.lr.vision_tower, MERGER: cfg.lr.merger, LLM: cfg.lr.llm}
+    groups: dict[tuple[str, bool], dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        part, nd = part_of(name), _no_decay(name, p)
+        g = groups.setdefault((part, nd), {"params": [], "names": [], "lr": rates[part], "part": part,
+                                           "weight_decay": 0.0 if nd else cfg.weight_decay})
+        g["params"].append(p)
+        g["names"].append(name)
+    return [groups[k] for k in sorted(groups)]
+
+
+def llm_parameter_count(model) -> int:
+    """Parameters of the language model (embeddings excluded): the N of the 6N / 4N FLOPs per token."""
+    return sum(p.numel() for n, p in model.named_parameters()
+               if part_of(n) == LLM and "embed_tokens" not in n and "lora_" not in n)
+
+
+def always_run_vision_tower(model) -> None:
+    """ZeRO-3 gathers parameters collectively: a rank whose batch has no image would skip the vision tower
+    while others run it, and training hangs. A forward hook runs the tower on a 28x28 dummy image when a
+    training batch carries none, and adds 0 x its output, so every rank takes part."""
+    inner = next((m for m in model.modules() if type(m).__name__ in ("Qwen2_5_VLModel", "Qwen2VLModel")), None)
+    if inner is None:
+        raise ValueError(f"no Qwen2-VL/Qwen2.5-VL backbone found in {type(model).__name__}")
+    vcfg = inner.config.vision_config
+    patch = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
+
+    def hook(module, args, kwargs, output):
+        if not module.training or kwargs.get("pixel_values") is not None:
+            return output
+        visual = module.visual
+        dummy = torch.zeros(4, patch, dtype=visual.dtype, device=visual.device)
+        grid = torch.tensor([[1, 2, 2]], device=visual.device)
+        out = visual(dummy, grid_thw=grid)
+        feats = out.pooler_output if hasattr(out, "pooler_output") else out
+        feats = torch.cat(list(feats)) if isinstance(feats, list | tuple) else feats
+        output.last_hidden_state = output.last_hidden_state + 0.0 * feats.sum()
+        return output
+
+    inner.register_forward_hook(hook, with_kwargs=True)
