@@ -133,7 +133,9 @@ class GradingCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
 
     def encode_all(self, examples: list[dict]) -> list[EncodedSample]:
-        flat = [ex for item in examples for ex in ([self.source[i] for i in item["pack"]] if "pack" in item else [item])]
+        flat = []
+        for item in examples:
+            flat += [self.source[i] for i in item["pack"]] if "pack" in item else [item]
         out = []
         for ex in flat:
             s = self.encoder.encode(ex["messages"], list(ex.get("images") or []))

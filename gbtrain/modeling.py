@@ -42,6 +42,9 @@ def check_options(cfg: TrainConfig) -> None:
         problems.append(f"finetune={cfg.finetune!r}: choose lora, full or qlora")
     if cfg.finetune == "qlora" and not (gpu and importlib.util.find_spec("bitsandbytes")):
         problems.append("finetune=qlora needs a CUDA GPU and bitsandbytes; use finetune=lora")
+    if cfg.finetune in ("lora", "qlora") and not cfg.freeze.vision_tower:
+        problems.append("freeze.vision_tower=false needs finetune=full (LoRA adapts the LLM; the merger can train "
+                        "fully with freeze.merger=false)")
     if cfg.model_init not in ("pretrained", "random"):
         problems.append(f"model_init={cfg.model_init!r}: choose pretrained or random")
     if problems:

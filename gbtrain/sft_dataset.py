@@ -187,23 +187,22 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
         split = plan.items[i][3]
         rec = convs[i].record
         rows[split].append(_row(convs[i], split, images[(rec.level, rec.image)], lengths[i]))
-    dd = DatasetDict({s: Dataset.from_list(rows[s]) if rows[s] else _empty(Dataset) for s in SPLITS})
+    built = {s: Dataset.from_list(rows[s]) for s in SPLITS if rows[s]}
+    if not built:
+        raise ValueError(f"no conversations were built from {data_dir} (see the mix and max_length)")
+    template = next(iter(built.values()))
+    # an empty split keeps the others' features and one (empty) shard, so load_from_disk opens it
+    dd = DatasetDict({s: built.get(s, template.select([])) for s in SPLITS})
     for s in SPLITS:
         if (out / s).exists():
             shutil.rmtree(out / s)
-    dd.save_to_disk(str(out))
+    dd.save_to_disk(str(out), num_shards={s: 1 for s in SPLITS})
     stats = _stats(cfg, loaded, plan, [r for s in SPLITS for r in rows[s]], dropped, counter.exact)
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                                     encoding="utf-8")
     (out / "build_config.yaml").write_text(to_yaml(cfg) + f"out_resolved: {out.resolve()}\n", encoding="utf-8")
     (out / "card.md").write_text(render_card(stats), encoding="utf-8")
     return stats
-
-
-def _empty(dataset_cls):
-    cols = ["sample_id", "page_id", "record_id", "level", "mode", "turns", "subject", "stage", "num_tokens",
-            "image_width", "image_height", "images", "messages", "split"]
-    return dataset_cls.from_dict({c: [] for c in cols})
 
 
 def _percentiles(values: list[int]) -> dict[str, float]:

@@ -142,7 +142,8 @@ def sft_config(cfg: TrainConfig, has_eval: bool) -> SFTConfig:
     bf16 = train_dtype(cfg) == torch.bfloat16
     return SFTConfig(
         output_dir=cfg.output_dir, per_device_train_batch_size=cfg.per_device_batch_size,
-        per_device_eval_batch_size=cfg.per_device_batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        per_device_eval_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, learning_rate=cfg.lr.llm,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type=cfg.lr_scheduler,
         max_grad_norm=cfg.max_grad_norm, gradient_checkpointing=cfg.gradient_checkpointing,

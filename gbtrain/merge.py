@@ -1,0 +1,26 @@
+"""Merge LoRA adapters into the base weights (recipes/merge_lora.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
+    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(base)
+    except OSError:
+        pass  # a base without generation_config.json keeps the model's
+    model.save_pretrained(out_dir)
+    source = adapter if (Path(adapter) / "processor_config.json").exists() else base
+    processor = AutoProcessor.from_pretrained(source)
+    processor.save_pretrained(out_dir)
+    return out_dir

@@ -1,0 +1,105 @@
+import pytest
+import torch
+
+from gbtrain.config import FreezeSettings, LearningRates, LoraSettings, TrainConfig
+from gbtrain.modeling import (
+    LLM,
+    MERGER,
+    VISION,
+    always_run_vision_tower,
+    check_options,
+    parameter_groups,
+    part_of,
+    setup_model,
+)
+
+
+def cfg(tiny_model_dir, **kw):
+    base = dict(model=str(tiny_model_dir), dataset="d", output_dir="o")
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ({"precision": "bf16"}, "precision=bf16 needs a CUDA GPU"),
+    ({"attn_implementation": "flash_attention_2"}, "flash_attention_2 needs a CUDA GPU"),
+    ({"attn_implementation": "flex_attention"}, "flex_attention is a GPU option"),
+    ({"liger": True}, "liger=true needs a CUDA GPU"),
+    ({"finetune": "qlora"}, "finetune=qlora needs a CUDA GPU"),
+    ({"finetune": "lora", "freeze": FreezeSettings(vision_tower=False)}, "freeze.vision_tower=false needs"),
+    ({"finetune": "dora"}, "choose lora, full or qlora"),
+])
+def test_gpu_only_and_bad_options_fail_clearly(tiny_model_dir, option, message):
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU refusals")
+    with pytest.raises(ValueError, match=message):
+        check_options(cfg(tiny_model_dir, **option))
+
+
+def test_part_of_names():
+    assert part_of("model.visual.blocks.0.mlp.gate_proj.weight") == VISION
+    assert part_of("base_model.model.model.visual.merger.mlp.0.weight") == MERGER
+    assert part_of("model.language_model.layers.0.mlp.gate_proj.weight") == LLM
+    assert part_of("lm_head.weight") == LLM
+
+
+def test_full_finetune_freeze_flags_and_groups(tiny_model_dir):
+    c = cfg(tiny_model_dir, finetune="full", freeze=FreezeSettings(vision_tower=True, merger=False, llm=False),
+            lr=LearningRates(llm=1e-4, merger=3e-5, vision_tower=1e-6), weight_decay=0.1)
+    model = setup_model(c)
+    trains = {part_of(n): p.requires_grad for n, p in model.named_parameters()}
+    assert trains == {VISION: False, MERGER: True, LLM: True}
+    groups = parameter_groups(model, c)
+    assert {(g["part"], g["lr"]) for g in groups} == {(MERGER, 3e-5), (LLM, 1e-4)}
+    for g in groups:
+        for name, p in zip(g["names"], g["params"], strict=True):
+            assert p.requires_grad and part_of(name) == g["part"]
+            assert g["weight_decay"] == (0.0 if (p.ndim < 2 or "norm" in name) else 0.1)
+    named = {n for g in groups for n in g["names"]}
+    assert named == {n for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_vision_tower_can_train_with_its_own_rate(tiny_model_dir):
+    c = cfg(tiny_model_dir, finetune="full", freeze=FreezeSettings(vision_tower=False, merger=True, llm=True),
+            lr=LearningRates(vision_tower=5e-6))
+    groups = parameter_groups(setup_model(c), c)
+    assert {g["part"] for g in groups} == {VISION} and {g["lr"] for g in groups} == {5e-6}
+
+
+def test_lora_targets_llm_linears_only(tiny_model_dir):
+    c = cfg(tiny_model_dir, finetune="lora", lora=LoraSettings(r=4, alpha=8))
+    model = setup_model(c)
+    lora = [n for n, _ in model.named_parameters() if "lora_" in n]
+    assert lora and all(".language_model." in n for n in lora)
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in lora} == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    trainable = {part_of(n) for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {LLM, MERGER}  # adapters + the fully trained merger copy
+    assert not any(p.requires_grad for n, p in model.named_parameters() if part_of(n) == VISION)
+
+
+def test_vision_tower_runs_on_text_only_batches(tiny_model_dir):
+    """The ZeRO-3 guard: with no image in the batch the vision tower still takes part (zero gradients)."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir).train()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is None for n, p in model.named_parameters() if ".visual." in n)
+    model.zero_grad(set_to_none=True)
+    always_run_vision_tower(model)
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    vision_grads = [p.grad for n, p in model.named_parameters() if ".visual.blocks." in n]
+    assert vision_grads and all(g is not None and not g.any() for g in vision_grads)
+
+
+def test_random_init_uses_the_architecture_only(tiny_model_dir):
+    from transformers import AutoModelForImageTextToText
+
+    pretrained = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    random_model = setup_model(cfg(tiny_model_dir, finetune="full", model_init="random"))
+    a = dict(pretrained.named_parameters())
+    b = dict(random_model.named_parameters())
+    assert a.keys() == b.keys()
+    assert not torch.equal(a["lm_head.weight"], b["lm_head.weight"])

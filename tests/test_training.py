@@ -1,0 +1,181 @@
+"""The recipe end to end through `accelerate launch`: one process, 2-process DDP, 2-process ZeRO-3,
+resume after a kill, LoRA merge (then transformers and vLLM load it), and an overfit check."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gbtrain.config import TrainConfig, VisionConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+def launch(sft_dir, tiny_model_dir, out, *overrides, accelerate_args=("--num_processes", "1", "--cpu"),
+           timeout=900, popen=False):
+    cmd = [*ACCELERATE, *accelerate_args, str(ROOT / "recipes" / "sft_qwen.py"), "--config",
+           str(ROOT / "configs" / "sft" / "tiny_cpu.yaml"), f"model={tiny_model_dir}", f"dataset={sft_dir}",
+           f"output_dir={out}", "report_to=[]", "limit_eval_samples=6", *overrides]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+def summaries(proc):
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"train_samples"')]
+
+
+@pytest.mark.slow
+def test_one_process(sft_dir, tiny_model_dir, tmp_path, budget):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    out = tmp_path / "run"
+    proc = launch(sft_dir, tiny_model_dir, out, "max_steps=4", "eval_steps=2", "save_steps=2", "logging_steps=1")
+    (summary,) = summaries(proc)
+    assert summary["global_step"] == 4 and summary["eval_loss"] > 0
+    assert summary["packing_efficiency"] >= 0.9
+    history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
+    logged = [h for h in history if "loss" in h]
+    assert logged and all(h["real_tokens_per_s"] > 0 for h in logged)
+    assert AutoModelForImageTextToText.from_pretrained(out) is not None
+    assert AutoProcessor.from_pretrained(out).image_processor.size.longest_edge == budget.max_pixels
+
+
+@pytest.mark.slow
+def test_two_process_ddp(sft_dir, tiny_model_dir, tmp_path):
+    proc = launch(sft_dir, tiny_model_dir, tmp_path / "ddp", "max_steps=3", "eval_steps=3", "save_steps=3",
+                  accelerate_args=("--config_file", str(ROOT / "configs/accelerate/cpu_ddp2.yaml")))
+    runs = summaries(proc)
+    assert len(runs) == 2 and all(s["global_step"] == 3 for s in runs)  # one summary per rank
+
+
+@pytest.mark.slow
+def test_two_process_deepspeed_zero3(sft_dir, tiny_model_dir, tmp_path):
+    out = tmp_path / "z3"
+    proc = launch(sft_dir, tiny_model_dir, out, "max_steps=3", "eval_steps=3", "save_steps=3",
+                  accelerate_args=("--config_file", str(ROOT / "configs/accelerate/cpu_zero3_2.yaml")))
+    runs = summaries(proc)
+    assert len(runs) == 2 and all(s["global_step"] == 3 for s in runs)
+    assert (out / "checkpoint-3" / "global_step3").is_dir()  # a DeepSpeed checkpoint
+    assert (out / "model.safetensors").exists()  # ZeRO-3 weights gathered on save
+
+
+@pytest.mark.slow
+def test_resume_after_kill(sft_dir, tiny_model_dir, tmp_path):
+    out = tmp_path / "resume"
+    args = ("max_steps=40", "save_steps=2", "eval_steps=1000", "save_total_limit=5")
+    proc = launch(sft_dir, tiny_model_dir, out, *args, popen=True)
+    deadline = time.time() + 600
+    while not (out / "checkpoint-4" / "trainer_state.json").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "train_summary.json").exists()
+    done = launch(sft_dir, tiny_model_dir, out, *args, "--resume")
+    (summary,) = summaries(done)
+    assert summary["resumed_from"] and int(summary["resumed_from"].rsplit("-", 1)[1]) >= 4
+    assert summary["global_step"] == 40
+
+
+@pytest.mark.slow
+def test_lora_merge_loads_in_transformers_and_vllm(sft_dir, tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    adapter = tmp_path / "lora"
+    launch(sft_dir, tiny_model_dir, adapter, "finetune=lora", "lora.r=4", "lora.alpha=8",
+           "freeze={vision_tower: true, merger: false, llm: true}", "max_steps=2", "save_steps=2", "eval_steps=2")
+    assert (adapter / "adapter_model.safetensors").exists()
+    merged = tmp_path / "merged"
+    proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "merge_lora.py"), "--base", str(tiny_model_dir),
+                           "--adapter", str(adapter), "--out", str(merged)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    base = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(merged)
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p, dict(base.named_parameters())[n])]
+    assert any("language_model" in n for n in changed) and any("merger" in n for n in changed)
+    assert not any(".visual.blocks." in n for n in changed)
+    assert (merged / "chat_template.jinja").exists() and (merged / "generation_config.json").exists()
+    script = (
+        "from PIL import Image\nfrom vllm import LLM, SamplingParams\n"
+        "if __name__ == '__main__':\n"
+        f"    llm = LLM(model={str(merged)!r}, enforce_eager=True, max_model_len=2048, limit_mm_per_prompt={{'image': 1}})\n"
+        "    msgs = [{'role': 'user', 'content': [{'type': 'image_pil', 'image_pil': Image.new('RGB', (200, 150))},"
+        " {'type': 'text', 'text': 'Grade.'}]}]\n"
+        "    out = llm.chat([msgs], SamplingParams(temperature=0, max_tokens=6))\n"
+        "    print('GENERATED', len(out[0].outputs[0].token_ids))\n")
+    (tmp_path / "v.py").write_text(script)
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
+               VLLM_NO_USAGE_STATS="1", VLLM_CACHE_ROOT=str(tmp_path / "vc"), TMPDIR=str(tmp_path),
+               VLLM_RPC_BASE_PATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(tmp_path / "v.py")], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0 and "GENERATED 6" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
+    """Trained on three conversations, the tiny model answers each with exactly its target JSON:
+    data, label masks, chat template and generation agree."""
+    import torch
+    from datasets import DatasetDict
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from gbtrain.sft_dataset import load_sft_dataset
+
+    rows = load_sft_dataset(sft_dir, decode_images=False)["train"].filter(
+        lambda r: r["level"] == "L1" and r["turns"] == 1 and r["num_tokens"] < 600).select(range(3))
+    data = tmp_path / "three"
+    DatasetDict({"train": rows, "validation": rows, "test": rows}).save_to_disk(str(data))
+    out = tmp_path / "overfit"
+    launch(data, tiny_model_dir, out, "num_train_epochs=150", "eval_steps=100000", "save_steps=100000",
+           "logging_steps=50", "warmup_ratio=0.0", "lr_scheduler=constant",
+           f"vision.min_pixels={budget.min_pixels}", f"vision.max_pixels={budget.max_pixels}")
+    model = AutoModelForImageTextToText.from_pretrained(out).eval()
+    proc = AutoProcessor.from_pretrained(out)
+    from PIL import Image
+
+    for row in rows:
+        messages = [{"role": "user", "content": [{"type": "image", "image": Image.open(row["images"][0])},
+                                                 {"type": "text", "text": row["messages"][0]["content"]}]}]
+        inputs = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                          return_tensors="pt")
+        with torch.no_grad():
+            gen = model.generate(**inputs, max_new_tokens=300, do_sample=False)
+        reply = proc.decode(gen[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert reply == row["messages"][1]["content"]
+
+
+def test_overlong_samples_rejected_before_training(sft_dir, tiny_model_dir, budget):
+    from gbtrain.training import build_datasets, load_processor
+
+    cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="unused", max_length=600,
+                      packing=True, pack_tokens=4096)
+    datasets, sources, stats = build_datasets(cfg, load_processor(str(tiny_model_dir), budget), budget)
+    assert stats["dropped_over_max_length_train"] > 0
+    assert max(sources["train"]["num_tokens"]) <= 600
+    assert stats["train_samples"] + stats["dropped_over_max_length_train"] == len(
+        __import__("datasets").load_from_disk(str(sft_dir))["train"])
+
+
+def test_vision_must_match_the_dataset(sft_dir, tiny_model_dir):
+    from gbtrain.training import resolve_budget
+
+    cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="o",
+                      vision=VisionConfig(224 * 224, 2200 * 28 * 28))
+    with pytest.raises(ValueError, match="differs from the dataset"):
+        resolve_budget(cfg)
+    cfg.vision = None
+    assert resolve_budget(cfg).max_pixels == 28 * 28 * 256
