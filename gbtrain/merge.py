@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 
@@ -15,10 +16,8 @@ def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
     model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.suppress(OSError):  # a base without generation_config.json keeps the model's
         model.generation_config = GenerationConfig.from_pretrained(base)
-    except OSError:
-        pass  # a base without generation_config.json keeps the model's
     model.save_pretrained(out_dir)
     source = adapter if (Path(adapter) / "processor_config.json").exists() else base
     processor = AutoProcessor.from_pretrained(source)

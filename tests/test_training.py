@@ -3,7 +3,6 @@ resume after a kill, LoRA merge (then transformers and vLLM load it), and an ove
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -100,7 +99,8 @@ def test_lora_merge_loads_in_transformers_and_vllm(sft_dir, tiny_model_dir, tmp_
     assert (adapter / "adapter_model.safetensors").exists()
     merged = tmp_path / "merged"
     proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "merge_lora.py"), "--base", str(tiny_model_dir),
-                           "--adapter", str(adapter), "--out", str(merged)], capture_output=True, text=True, timeout=300)
+                           "--adapter", str(adapter), "--out", str(merged)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     base = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
     model = AutoModelForImageTextToText.from_pretrained(merged)
@@ -111,7 +111,8 @@ def test_lora_merge_loads_in_transformers_and_vllm(sft_dir, tiny_model_dir, tmp_
     script = (
         "from PIL import Image\nfrom vllm import LLM, SamplingParams\n"
         "if __name__ == '__main__':\n"
-        f"    llm = LLM(model={str(merged)!r}, enforce_eager=True, max_model_len=2048, limit_mm_per_prompt={{'image': 1}})\n"
+        f"    llm = LLM(model={str(merged)!r}, enforce_eager=True, max_model_len=2048,\n"
+        "              limit_mm_per_prompt={'image': 1})\n"
         "    msgs = [{'role': 'user', 'content': [{'type': 'image_pil', 'image_pil': Image.new('RGB', (200, 150))},"
         " {'type': 'text', 'text': 'Grade.'}]}]\n"
         "    out = llm.chat([msgs], SamplingParams(temperature=0, max_tokens=6))\n"
@@ -163,7 +164,7 @@ def test_overlong_samples_rejected_before_training(sft_dir, tiny_model_dir, budg
 
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="unused", max_length=600,
                       packing=True, pack_tokens=4096)
-    datasets, sources, stats = build_datasets(cfg, load_processor(str(tiny_model_dir), budget), budget)
+    _, sources, stats = build_datasets(cfg, load_processor(str(tiny_model_dir), budget), budget)
     assert stats["dropped_over_max_length_train"] > 0
     assert max(sources["train"]["num_tokens"]) <= 600
     assert stats["train_samples"] + stats["dropped_over_max_length_train"] == len(
