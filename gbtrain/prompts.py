@@ -97,9 +97,31 @@ def turn_compare() -> str:
             '[{"correctness": true}]')
 
 
+def diag_locate(coords: str) -> str:
+    """Diagnostics, localization only: boxes of every answer area, nothing else."""
+    return "\n".join([_SCOPE["L1"], "Find every handwritten answer area, each sub-question separately.",
+                      _box_rule(coords), 'Reply with a JSON list in reading order: [{"bbox_2d": [...]}]'])
+
+
+def diag_recognize(coords: str, box: list) -> str:
+    """Diagnostics, recognition only: transcribe the handwriting inside a given box."""
+    return "\n".join([_SCOPE["L1"], f"Transcribe the handwriting inside the box {box}.", _TRANSCRIBE,
+                      _box_rule(coords), 'Reply with JSON: {"text": "..."}'])
+
+
+def diag_reason(question_id: str, transcription: str, mode: str, reference: str | None) -> str:
+    """Diagnostics, reasoning only: judge a given transcription (with the reference in answer-based mode)."""
+    parts = [_SCOPE["L1"], f'The student\'s answer to question {question_id} reads: "{transcription}".']
+    if mode == "answer-based":
+        parts.append(references_block([(question_id, reference)]))
+    parts.append('Is it right? Reply with JSON: {"correctness": true}')
+    return "\n".join(parts)
+
+
 def prompt_fingerprint() -> str:
     """A short hash of every instruction template, recorded with predictions to tie them to a wording."""
     probe = [single_turn(lvl, m, c, [[0, 0, 1, 1]], [("1", "x")]) for lvl in _SCOPE for m in MODES for c in _COORDS]
     probe += [turn_locate("L2", "qwen25", [[0, 0, 1, 1]]), turn_solve("answer-free"),
-              turn_solve("answer-based", [("1", "x")]), turn_compare()]
+              turn_solve("answer-based", [("1", "x")]), turn_compare(), diag_locate("qwen25"),
+              diag_recognize("qwen25", [0, 0, 1, 1]), diag_reason("1", "x", "answer-based", "y")]
     return hashlib.sha256("\n".join(probe).encode()).hexdigest()[:12]

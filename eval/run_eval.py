@@ -1,0 +1,56 @@
+"""Evaluate a checkpoint on the GradingBench settings: predictions, scores, tables, plots, overlays.
+
+    python eval/run_eval.py --model PATH_OR_ID --data DIR --out OUTDIR [--settings all | L1-af,L3-ab,...]
+        [--three-turn] [--diagnostics] [--backend vllm|hf|openai] [--judge rule|vllm:MODEL|openai:MODEL]
+        [--coords qwen25|rel1000|...] [--tensor-parallel-size N] [--data-parallel-size N] [--limit N]
+
+Predictions are appended per batch to OUTDIR/predictions/<setting>.jsonl; a rerun resumes (--overwrite
+redoes). OUTDIR/report.json, report.md, plots/*.png and overlays/*.png are written at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gbtrain.annotations import AnnotationError
+from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+from gbtrain.reports import markdown
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="checkpoint folder or hub id (openai: the served model name)")
+    ap.add_argument("--data", required=True, help="GradingBench-layout folder")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--settings", default="all")
+    ap.add_argument("--three-turn", action="store_true", help="also run the locate / solve / compare decomposition")
+    ap.add_argument("--diagnostics", action="store_true", help="L1 localization/recognition/reasoning only")
+    ap.add_argument("--backend", default="vllm", choices=("vllm", "hf", "openai"))
+    ap.add_argument("--judge", default="rule", help="rule, vllm:MODEL or openai:MODEL[@URL]")
+    ap.add_argument("--coords", default=None, help="default: from the checkpoint's model_type or the model name")
+    ap.add_argument("--min-pixels", type=int, default=None, help="default: the checkpoint's processor setting")
+    ap.add_argument("--max-pixels", type=int, default=None)
+    ap.add_argument("--max-tokens", type=int, default=8192)
+    ap.add_argument("--max-model-len", type=int, default=32768)
+    ap.add_argument("--tensor-parallel-size", type=int, default=1)
+    ap.add_argument("--data-parallel-size", type=int, default=1)
+    ap.add_argument("--structured", action="store_true", help="JSON-schema constrained output (single-turn)")
+    ap.add_argument("--batch-size", type=int, default=256, help="records per backend call and flushed chunk")
+    ap.add_argument("--limit", type=int, default=None, help="first N records of each level")
+    ap.add_argument("--overwrite", action="store_true", help="redo settings instead of resuming")
+    ap.add_argument("--overlays", type=int, default=4, help="records drawn per L1/L3 setting")
+    ap.add_argument("--base-url", default=None, help="openai backend: endpoint (default $OPENAI_BASE_URL)")
+    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai backend: variable holding the key")
+    ap.add_argument("--concurrency", type=int, default=8, help="openai backend: requests in flight")
+    args = ap.parse_args()
+    run = EvalRun(**{k: v for k, v in vars(args).items()})
+    try:
+        report = evaluate_checkpoint(run)
+    except (AnnotationError, FileNotFoundError, ValueError) as e:
+        sys.exit(f"run_eval: {e}")
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

