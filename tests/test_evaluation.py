@@ -145,3 +145,18 @@ def test_bad_inputs_fail_clearly(synth_dir, tmp_path):
                            "--data", str(tmp_path / "nodata"), "--out", str(tmp_path / "o"), "--coords", "abs"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "data directory not found" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_checkpoint_trained_by_the_recipe_evaluates(sft_dir, synth_dir, tiny_model_dir, tmp_path):
+    out = tmp_path / "trained"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
+           str(ROOT / "recipes" / "sft_qwen.py"), "--config", str(ROOT / "configs/sft/tiny_cpu.yaml"),
+           f"model={tiny_model_dir}", f"dataset={sft_dir}", f"output_dir={out}", "max_steps=2", "report_to=[]",
+           "eval_steps=1000", "save_steps=1000"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = run_eval(out, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab", env=vllm_env(tmp_path))
+    assert report["meta"]["coords"] == "qwen25"  # from the checkpoint's model_type
+    assert report["meta"]["max_pixels"] == 28 * 28 * 256  # the training pixel budget, from its processor
+    assert set(report["settings"]) == {"L1-af", "L2-ab"}

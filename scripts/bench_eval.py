@@ -1,0 +1,72 @@
+"""Evaluator throughput: records/s of the vLLM backend vs the hf backend on the same model and records.
+
+    python scripts/bench_eval.py --model runs/tiny-qwen25vl --data runs/synth [--records 24] [--max-tokens 64]
+
+Both backends answer the same L1 single-turn prompts (greedy, same max_tokens); each runs in a child
+process with its own warm-up batch excluded from the timing. Target: vLLM >= 3x hf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def run_backend(args) -> dict:
+    from gbtrain.annotations import load_level
+    from gbtrain.backends import HFBackend, SamplingOptions, VLLMBackend
+    from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_budget
+
+    budget = default_budget(args.model)
+    if args.backend == "vllm":
+        backend = VLLMBackend(args.model, budget, max_model_len=4096, enforce_eager=True)
+    else:
+        backend = HFBackend(args.model, budget, batch_size=args.hf_batch)
+    records = load_level(args.data, "L1").records[:args.records + 2]
+    sampling = SamplingOptions(max_tokens=args.max_tokens)
+    ev = Evaluator(backend, args.data, "unused", EvalOptions("qwen25", budget, sampling), progress=False)
+    setting = Setting("L1", "answer-free")
+    convs = [[{"role": "user", "content": [{"type": "image", "image": ev.image(r)},
+                                           {"type": "text", "text": ev.first_prompt(r, setting)}]}] for r in records]
+    backend.chat(convs[:2], ev.opts.sampling)  # warm-up
+    start = time.perf_counter()
+    replies = backend.chat(convs[2:], ev.opts.sampling)
+    took = time.perf_counter() - start
+    return {"backend": args.backend, "records": len(replies), "seconds": round(took, 2),
+            "records_per_s": round(len(replies) / took, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--records", type=int, default=24)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--hf-batch", type=int, default=8)
+    ap.add_argument("--backend", choices=("vllm", "hf"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.backend:
+        print("RESULT " + json.dumps(run_backend(args)), flush=True)
+        return
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    results = {}
+    for backend in ("vllm", "hf"):
+        cmd = [sys.executable, __file__, "--model", args.model, "--data", args.data, "--records", str(args.records),
+               "--max-tokens", str(args.max_tokens), "--hf-batch", str(args.hf_batch), "--backend", backend]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            sys.exit(f"{backend} failed:\n{proc.stderr[-4000:]}")
+        results[backend] = json.loads(lines[-1][7:])
+        print(json.dumps({"bench": "eval", **results[backend]}), flush=True)
+    ratio = results["vllm"]["records_per_s"] / max(results["hf"]["records_per_s"], 1e-9)
+    print(json.dumps({"bench": "eval_ratio", "vllm_over_hf": round(ratio, 2), "target": 3.0}))
+
+
+if __name__ == "__main__":
+    main()
