@@ -46,7 +46,8 @@ $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_AR
 
 log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py)"
 .venv/bin/accelerate launch --num_processes 1 --cpu recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml \
-  model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" max_steps="$STEPS" pack_tokens=2048 \
+  model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" max_steps="$STEPS" \
+  max_length=2048 pack_tokens=2048 \
   eval_steps=100 save_steps=100 logging_steps=25 limit_eval_samples=32 2>&1 | tee "$OUT/train.log" \
   | grep -E "^\{|'loss'" || true
 test -f "$OUT/sft-model/train_summary.json"
