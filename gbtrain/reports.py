@@ -9,7 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
 from gbtrain.schema import LEVELS, Record
 
@@ -128,15 +128,11 @@ def plots(report: dict, out_dir: Path) -> list[Path]:
 def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxes: list, out: Path) -> Path:
     """The page with GT boxes (green), predicted boxes (red), matched pairs linked, each GT group labelled
     with its outcome and each prediction with its text, answer and judgment."""
-    from gbtrain.synth.fonts import font
+    from gbtrain.synth.fonts import draw_text
 
     img = image.convert("RGB")
     draw = ImageDraw.Draw(img)
     size = max(12, img.width // 70)
-    try:
-        f = font("print-cjk.ttf", size)
-    except OSError:
-        f = ImageFont.load_default()
     outcomes = {g["group_id"]: g for g in setting_report["groups"] if g["record_id"] == record.record_id}
     for g in record.groups:
         b = g.box
@@ -145,14 +141,14 @@ def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxe
                                                    "cer" if not o.get("recognized") else
                                                    "ans" if not o.get("reasoned") else "judg")
         draw.rectangle(b.as_list(), outline=(0, 170, 0), width=3)
-        draw.text((b.x1, max(0, b.y1 - size - 2)), f"{g.group_id} {verdict}", fill=(0, 130, 0), font=f)
+        draw_text(draw, b.x1, max(size, b.y1 - 3), f"{g.group_id} {verdict}", size, (0, 130, 0))
     for ib in items_boxes:
         if ib.box is None:
             continue
         b = ib.box
         draw.rectangle(b.as_list(), outline=(220, 0, 0), width=2)
         label = f"{ib.item.text} | {ib.item.answer} | {ib.item.correctness}"
-        draw.text((b.x1, b.y2 + 2), label[:40], fill=(200, 0, 0), font=f)
+        draw_text(draw, b.x1, b.y2 + size + 2, label[:40], size, (200, 0, 0))
         best = min(record.groups, key=lambda g: (g.box.center[0] - b.center[0]) ** 2 + (g.box.center[1] - b.center[1])
                    ** 2, default=None)
         if best is not None and outcomes.get(best.group_id, {}).get("localized"):

@@ -53,3 +53,15 @@ def runs(role: str, text: str) -> list[tuple[str, str]]:
 
 def text_width(role: str, text: str, size: int) -> float:
     return sum(font(name, size).getlength(seg) for name, seg in runs(role, text))
+
+
+def draw_text(draw, x: float, baseline: float, text: str, size: int, fill, role: str = "print") -> float:
+    """Draw text at a baseline, each character in the role's font that covers it (characters no
+    committed subset covers are drawn as '?'); returns the x after the text."""
+    cov = coverage()
+    known = "".join(ch if ch == " " or any(ch in cov[n] for n in ROLES[role]) else "?" for ch in text)
+    for name, seg in runs(role, known):
+        f = font(name, size)
+        draw.text((x, baseline), seg, font=f, fill=fill, anchor="ls")
+        x += f.getlength(seg)
+    return x

@@ -86,11 +86,7 @@ class CleanPage:
 def _draw_print(draw: ImageDraw.ImageDraw, x: float, baseline: float, text: str, size: int,
                 fill=PRINT_INK) -> float:
     """Draw printed text at a baseline; return the x after it."""
-    for name, seg in fonts.runs("print", text):
-        f = fonts.font(name, size)
-        draw.text((x, baseline), seg, font=f, fill=fill, anchor="ls")
-        x += f.getlength(seg)
-    return x
+    return fonts.draw_text(draw, x, baseline, text, size, fill)
 
 
 def write_hand(page: Image.Image, labels: Image.Image, text: str, x: float, baseline: float,
