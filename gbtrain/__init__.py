@@ -7,7 +7,13 @@ Modules, one job each:
 - ``synth``: the synthetic exam-page generator (the embedded default dataset).
 - ``prompts``: the instructions shown to the model, shared by training and evaluation.
 - ``conversations``: SFT conversations (targets as JSON) built from records.
+- ``sft_dataset``: the SFT DatasetDict build, its card, and loading for training.
 - ``config``: YAML configs with command-line overrides.
+- ``collator``, ``modeling``, ``training``, ``merge``: the SFT recipe (labels, packing, model setup,
+  trainer, LoRA merge).
+- ``backends``, ``evaluation``, ``reports``: inference backends, resumable batch evaluation, tables,
+  plots, overlays and gains.
+- ``parsing``, ``judges``, ``scoring``: the metric.
 - ``tiny_model``: a tiny, locally built Qwen2.5-VL for CPU tests and the demo.
 """
 
