@@ -99,7 +99,8 @@ def run_mode(args) -> dict:
     peak = (torch.cuda.max_memory_allocated() if device == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     extra = {"pack_fill": fill} if args.mode == "packed" else {}
-    return {**extra, "mode": args.mode, "device": device, "samples": len(examples), "steps_timed": max(len(encoded) - 1, 0),
+    return {**extra, "mode": args.mode, "device": device, "samples": len(examples),
+            "steps_timed": max(len(encoded) - 1, 0),
             "real_tokens_per_s": round(real / elapsed, 1), "packing_efficiency": round(real / max(computed, 1), 4),
             "peak_memory_gib": round(peak / 2**30, 2),
             "peak_memory_kind": "cuda max allocated" if device == "cuda" else "process max RSS"}
