@@ -44,6 +44,13 @@ def text_message(text: str, role: str = "user") -> dict:
     return {"role": role, "content": [{"type": "text", "text": text}]}
 
 
+def _convert(conv: list[dict], image_part) -> list[dict]:
+    """Neutral messages -> a backend's form; `image_part(image)` makes that backend's image entry."""
+    return [{"role": m["role"], "content": [image_part(p["image"]) if p["type"] == "image"
+                                            else {"type": "text", "text": p["text"]} for p in m["content"]]}
+            for m in conv]
+
+
 def _jpeg_data_url(image) -> str:
     buf = io.BytesIO()
     image.convert("RGB").save(buf, format="JPEG", quality=92)
@@ -70,19 +77,6 @@ class VLLMBackend:
             kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
         self.llm = LLM(**kwargs)
 
-    @staticmethod
-    def _convert(conv: list[dict]) -> list[dict]:
-        out = []
-        for m in conv:
-            content = []
-            for part in m["content"]:
-                if part["type"] == "image":
-                    content.append({"type": "image_pil", "image_pil": part["image"]})
-                else:
-                    content.append({"type": "text", "text": part["text"]})
-            out.append({"role": m["role"], "content": content})
-        return out
-
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
         from vllm import SamplingParams
 
@@ -92,8 +86,8 @@ class VLLMBackend:
             from vllm.sampling_params import StructuredOutputsParams
 
             kwargs["structured_outputs"] = StructuredOutputsParams(json=sampling.json_schema)
-        outputs = self.llm.chat([self._convert(c) for c in conversations], SamplingParams(**kwargs),
-                                use_tqdm=False)
+        messages = [_convert(c, lambda im: {"type": "image_pil", "image_pil": im}) for c in conversations]
+        outputs = self.llm.chat(messages, SamplingParams(**kwargs), use_tqdm=False)
         return [o.outputs[0].text for o in outputs]
 
 
@@ -152,21 +146,9 @@ class OpenAIBackend:
                              api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
                              max_retries=max_retries)
 
-    @staticmethod
-    def _convert(conv: list[dict]) -> list[dict]:
-        out = []
-        for m in conv:
-            content = []
-            for part in m["content"]:
-                if part["type"] == "image":
-                    content.append({"type": "image_url", "image_url": {"url": _jpeg_data_url(part["image"])}})
-                else:
-                    content.append({"type": "text", "text": part["text"]})
-            out.append({"role": m["role"], "content": content})
-        return out
-
     def _one(self, conv: list[dict], sampling: SamplingOptions) -> str:
-        kwargs = dict(model=self.model, messages=self._convert(conv), temperature=sampling.temperature,
+        messages = _convert(conv, lambda im: {"type": "image_url", "image_url": {"url": _jpeg_data_url(im)}})
+        kwargs = dict(model=self.model, messages=messages, temperature=sampling.temperature,
                       top_p=sampling.top_p, max_tokens=sampling.max_tokens)
         extra = {}
         if sampling.repetition_penalty != 1.0:

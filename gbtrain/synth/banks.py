@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
 
 FILL, CHOICE, TF, SOLVE = "Fill-in-the-blank", "Multiple-choice", "True-False", "Problem-Solving"
 QUESTION_TYPES = (FILL, CHOICE, TF, SOLVE)
@@ -278,6 +279,22 @@ def _english_solve(rng: random.Random, stage: str) -> Question:
     return Question(stem=f"Translate into English: {zh}", parts=[Part("", std, en, wrong, SOLVE, lines=2)])
 
 
+# ------------------------------------------------------------------------ fact tables (Science, Humanities)
+def _table_fill(table: list, rng: random.Random, stage: str) -> Question:
+    picks = rng.sample(table, rng.choice([1, 2]))
+    return Question(stem="填空。", parts=[Part(p, a, a, bad, FILL) for p, a, bad in picks])
+
+
+def _table_choice(table: list, rng: random.Random, stage: str) -> Question:
+    stem, right, others = rng.choice(table)
+    return _choice_question(rng, stem, right, others, zh=True)
+
+
+def _table_tf(table: list, rng: random.Random, stage: str) -> Question:
+    statement, truth = rng.choice(table)
+    return _tf_question(rng, statement, truth, zh=True)
+
+
 # --------------------------------------------------------------------------------------- Science
 _SCI_FILL = [("标准大气压下，水在____℃时沸腾。", "100", "90"), ("植物通过____作用制造养料。", "光合", "呼吸"),
              ("地球绕太阳转一周约需____天。", "365", "360"), ("声音在____中不能传播。", "真空", "空气"),
@@ -288,21 +305,6 @@ _SCI_FACTS = [("鲸是鱼类。", False), ("月球本身不发光。", True), ("
 _SCI_CHOICE = [("下列属于哺乳动物的是", "海豚", ["鲨鱼", "青蛙", "麻雀", "金鱼"]),
                ("下列材料中导电性最好的是", "铜", ["木头", "塑料", "玻璃", "橡胶"]),
                ("太阳系中离太阳最近的行星是", "水星", ["金星", "地球", "火星", "木星"])]
-
-
-def _science_fill(rng: random.Random, stage: str) -> Question:
-    picks = rng.sample(_SCI_FILL, rng.choice([1, 2]))
-    return Question(stem="填空。", parts=[Part(p, a, a, bad, FILL) for p, a, bad in picks])
-
-
-def _science_choice(rng: random.Random, stage: str) -> Question:
-    stem, right, others = rng.choice(_SCI_CHOICE)
-    return _choice_question(rng, stem, right, others, zh=True)
-
-
-def _science_tf(rng: random.Random, stage: str) -> Question:
-    statement, truth = rng.choice(_SCI_FACTS)
-    return _tf_question(rng, statement, truth, zh=True)
 
 
 def _science_solve(rng: random.Random, stage: str) -> Question:
@@ -336,21 +338,6 @@ _HUM_CHOICE = [("我国最大的岛屿是", "台湾岛", ["海南岛", "崇明�
                ("世界上人口最多的大洲是", "亚洲", ["非洲", "欧洲", "南美洲", "大洋洲"])]
 
 
-def _hum_fill(rng: random.Random, stage: str) -> Question:
-    picks = rng.sample(_HUM_FILL, rng.choice([1, 2]))
-    return Question(stem="填空。", parts=[Part(p, a, a, bad, FILL) for p, a, bad in picks])
-
-
-def _hum_choice(rng: random.Random, stage: str) -> Question:
-    stem, right, others = rng.choice(_HUM_CHOICE)
-    return _choice_question(rng, stem, right, others, zh=True)
-
-
-def _hum_tf(rng: random.Random, stage: str) -> Question:
-    statement, truth = rng.choice(_HUM_FACTS)
-    return _tf_question(rng, statement, truth, zh=True)
-
-
 def _hum_solve(rng: random.Random, stage: str) -> Question:
     return Question(stem="简述保护环境的一条措施。", parts=[Part("", NO_REFERENCE, "节约用水，垃圾分类。",
                                                                 "多用塑料袋。", SOLVE, lines=2)])
@@ -370,9 +357,12 @@ BANKS = {
                     SOLVE: [_math_solve]},
     "Chinese": {FILL: [_chinese_fill], CHOICE: [_chinese_choice], TF: [_chinese_tf], SOLVE: [_chinese_solve]},
     "English": {FILL: [_english_fill], CHOICE: [_english_choice], TF: [_english_tf], SOLVE: [_english_solve]},
-    "Science": {FILL: [_science_fill, _science_fill, _science_chart], CHOICE: [_science_choice], TF: [_science_tf],
+    "Science": {FILL: [partial(_table_fill, _SCI_FILL), partial(_table_fill, _SCI_FILL), _science_chart],
+                CHOICE: [partial(_table_choice, _SCI_CHOICE)], TF: [partial(_table_tf, _SCI_FACTS)],
                 SOLVE: [_science_solve]},
-    "Humanities": {FILL: [_hum_fill, _hum_fill, _hum_chart], CHOICE: [_hum_choice], TF: [_hum_tf], SOLVE: [_hum_solve]},
+    "Humanities": {FILL: [partial(_table_fill, _HUM_FILL), partial(_table_fill, _HUM_FILL), _hum_chart],
+                   CHOICE: [partial(_table_choice, _HUM_CHOICE)], TF: [partial(_table_tf, _HUM_FACTS)],
+                   SOLVE: [_hum_solve]},
 }
 
 SECTION_TITLES = {
