@@ -24,7 +24,15 @@ from gbtrain.conversations import references, regions_to_grade
 from gbtrain.coords import PixelBudget, convention_for_model, to_model
 from gbtrain.parsing import parse_response
 from gbtrain.schema import LEVELS, Record
-from gbtrain.scoring import Predictions, ScoreOptions, map_20_50, reasoning_accuracy, recognition_rate, score
+from gbtrain.scoring import (
+    Predictions,
+    ScoreOptions,
+    localization_map,
+    read_predictions,
+    reasoning_accuracy,
+    recognition_rate,
+    score,
+)
 
 MODES = {"af": "answer-free", "ab": "answer-based"}
 ALL_SETTINGS = tuple(f"{lvl}-{m}" for lvl in LEVELS for m in MODES)
@@ -130,12 +138,18 @@ class Evaluator:
         refs = references(r) if s.mode == "answer-based" else None
         return prompts.single_turn(r.level, s.mode, self.opts.coords, self._regions(r), refs)
 
-    def _too_long(self, r: Record, text: str) -> str | None:
+    def _too_long(self, chunk: list[Record], texts: list[str]) -> list[str | None]:
+        """Per record: why its prompt cannot fit the context (None when it fits or cannot be checked).
+        Lengths follow the builder's rule (chat template + image tokens, gbtrain.sft_dataset.LengthCounter)."""
         if self.tokenizer is None or not self.opts.max_model_len:
-            return None
-        n = len(self.tokenizer(text)["input_ids"]) + self.opts.budget.image_tokens(r.width, r.height) + 20
+            return [None] * len(chunk)
+        from gbtrain.sft_dataset import LengthCounter
+
+        lengths = LengthCounter(self.tokenizer, self.opts.budget).count(
+            [[{"role": "user", "content": t}] for t in texts], [(r.width, r.height) for r in chunk])
         limit = self.opts.max_model_len - self.opts.sampling.max_tokens
-        return f"prompt of {n} tokens does not fit max_model_len - max_tokens = {limit}" if n > limit else None
+        return [f"prompt of {n} tokens does not fit max_model_len - max_tokens = {limit}" if n > limit else None
+                for n in lengths]
 
     # ----------------------------------------------------------------------------- running
     def predictions_path(self, s: Setting) -> Path:
@@ -189,7 +203,7 @@ class Evaluator:
 
     def _send(self, convs: list[list[dict]], prompts_text: list[str], chunk: list[Record]) -> list[dict]:
         """One backend call for the conversations that fit; the others get an error line."""
-        errors = [self._too_long(r, t) for r, t in zip(chunk, prompts_text, strict=True)]
+        errors = self._too_long(chunk, prompts_text)
         send = [c for c, e in zip(convs, errors, strict=True) if e is None]
         replies = iter(self.backend.chat(send, self.opts.sampling) if send else [])
         return [{"response": "", "error": e} if e else {"response": next(replies)} for e in errors]
@@ -229,17 +243,16 @@ class Evaluator:
         return rows
 
     # ----------------------------------------------------------------------------- scoring
-    def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
+    def predictions(self, s: Setting) -> Predictions:
         path = self.predictions_path(s)
-        responses = {}
-        if path.exists():
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    row = json.loads(line)
-                    responses[row["id"]] = row.get("response") or ""
-        opts = ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget.min_pixels,
+        return read_predictions(path) if path.exists() else Predictions({})
+
+    def score_options(self, s: Setting, match_radius: float = 1.0) -> ScoreOptions:
+        return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget.min_pixels,
                             self.opts.budget.max_pixels, match_radius)
-        return score(self.records(s.level), Predictions(responses), opts, judge)
+
+    def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
+        return score(self.records(s.level), self.predictions(s), self.score_options(s, match_radius), judge)
 
 
 def merge_turns(turns: list[str]) -> str:
@@ -262,18 +275,12 @@ def merge_turns(turns: list[str]) -> str:
 def run_diagnostics(ev: Evaluator) -> dict:
     """The paper's isolated capabilities on L1: localization only (mAP), recognition only (CER < 0.7 given
     the group's box), reasoning only (judgment accuracy given the transcription; both modes)."""
-    from gbtrain.parsing import normalize_items
-    from gbtrain.scoring import item_boxes
-
     records = ev.records("L1")
     coords, budget, sampling = ev.opts.coords, ev.opts.budget, ev.opts.sampling
     images = {r.record_id: ev.image(r) for r in records}
     opts = ScoreOptions("L1", "answer-based", coords, budget.min_pixels, budget.max_pixels)
     replies = ev.backend.chat([[_user(images[r.record_id], prompts.diag_locate(coords))] for r in records], sampling)
-    boxes = {}
-    for r, reply in zip(records, replies, strict=True):
-        items = item_boxes(normalize_items(parse_response(reply).items), r, opts)
-        boxes[r.record_id] = [ib.box for ib in items if ib.box is not None]
+    located = Predictions({r.record_id: reply for r, reply in zip(records, replies, strict=True)})
 
     groups = [(r, g) for r in records for g in r.groups]
     convs = [[_user(images[r.record_id], prompts.diag_recognize(coords, to_model(g.box, r.width, r.height, coords,
@@ -292,7 +299,7 @@ def run_diagnostics(ev: Evaluator) -> dict:
             items = parse_response(reply).items
             judgments[(r.record_id, g.group_id)] = items[0].get("correctness") if items else None
         reasoning[mode] = reasoning_accuracy(records, judgments)
-    return {"localization_map_20_50": map_20_50(records, boxes)[0],
+    return {"localization_map_20_50": localization_map(records, located, opts),
             "recognition_rate": recognition_rate(records, texts),
             "reasoning_accuracy": reasoning, "n_records": len(records), "n_groups": len(groups)}
 
@@ -393,17 +400,13 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     reports.write_json(report, out / "report.json")
     (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")
     reports.plots(report, out / "plots")
-    opts_for = {s.name: ScoreOptions(s.level, s.mode, coords, budget.min_pixels, budget.max_pixels) for s in settings}
     for s in settings:
         if s.three_turn or s.level == "L2" or run.overlays <= 0:
             continue
-        responses = {}
-        with open(ev.predictions_path(s), encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                responses[row["id"]] = row.get("response") or ""
+        responses = ev.predictions(s).responses
         for r in ev.records(s.level)[:run.overlays]:
-            items = item_boxes(normalize_items(parse_response(responses.get(r.record_id)).items), r, opts_for[s.name])
+            items = item_boxes(normalize_items(parse_response(responses.get(r.record_id)).items), r,
+                               ev.score_options(s))
             reports.overlay(ev.image(r), r, reports_by_setting[s.name], items,
                             out / "overlays" / f"{s.name}_{r.record_id}.png")
     return report

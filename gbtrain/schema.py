@@ -15,13 +15,11 @@ LEVELS = ("L1", "L2", "L3")
 SUBJECTS = ("Mathematics", "Chinese", "English", "Science", "Humanities")
 STAGES = ("Elementary", "Junior_High", "Senior_High")
 QUESTION_TYPES = ("Fill-in-the-blank", "Multiple-choice", "True-False", "Problem-Solving", "Other")
-CONTENT_FORMATS = ("Text-only", "Chart-based", "Other")
 
 # Grading labels. "right"/"wrong" are the expert verdicts; the other three occur in the data and are
 # scored as "wrong" unless a scorer excludes them. "question" marks are context regions, not answers.
 RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN = "right", "wrong", "half_right", "unanswered", "unknown"
 CONTEXT = "question"
-ANSWER_LABELS = (RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN)
 
 LABEL_ALIASES = {
     "right": RIGHT, "正确": RIGHT, "对": RIGHT,
@@ -119,7 +117,7 @@ class Mark:
     Records, marks and groups are read once and then treated as immutable (boxes are cached)."""
 
     points: list[tuple[float, float]]  # polygon as annotated; a flat box is stored as its two corners
-    label: str  # normalised: one of ANSWER_LABELS or CONTEXT
+    label: str  # normalised: RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN or CONTEXT
     raw_label: str
     mark_id: str = ""  # "parent-sub", or "parent" for a question without sub-parts
     hand: str = ""  # transcription of the handwriting
@@ -145,10 +143,6 @@ class Mark:
     @property
     def is_context(self) -> bool:
         return self.label == CONTEXT
-
-    @property
-    def parent_id(self) -> str:
-        return self.mark_id.split("-", 1)[0]
 
 
 @dataclass

@@ -21,12 +21,11 @@ from rapidfuzz.distance import Levenshtein
 from gbtrain import judges, parsing
 from gbtrain.coords import PixelBudget, from_model
 from gbtrain.judges import normalize_text
-from gbtrain.schema import HALF_RIGHT, RIGHT, UNANSWERED, UNKNOWN, WRONG, Box, Group, Record
+from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
 
 IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
 CER_THRESHOLD = 0.7
 BREAKDOWN_KEYS = ("subject", "stage", "question_type", "content_format")
-OTHER_LABELS = (HALF_RIGHT, UNANSWERED, UNKNOWN)
 _ROUND = 6
 
 

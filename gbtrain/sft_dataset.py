@@ -283,12 +283,8 @@ def load_sft_dataset(out: str | Path, decode_images: bool = True):
 
     out = Path(out).resolve()
     dd = load_from_disk(str(out))
-    built_at = None
-    cfg_file = out / "build_config.yaml"
-    if cfg_file.exists():
-        for line in cfg_file.read_text(encoding="utf-8").splitlines():
-            if line.startswith("out_resolved: "):
-                built_at = line.split(": ", 1)[1].strip()
+    built = _build_config(out)
+    built_at = str(built.get("out_resolved")) if built is not None and built.get("out_resolved") else None
     if built_at and built_at != str(out):
         def rebase(row):
             return {"images": [str(out) + p[len(built_at):] if p.startswith(built_at) else p for p in row["images"]]}
@@ -299,12 +295,16 @@ def load_sft_dataset(out: str | Path, decode_images: bool = True):
     return dd
 
 
-def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
-    """The pixel budget a built dataset's boxes were computed with (None for a folder without a build config)."""
+def _build_config(out: str | Path):
+    """OUT/build_config.yaml as written by build_sft_dataset (None when the folder has none)."""
     from omegaconf import OmegaConf
 
     path = Path(out) / "build_config.yaml"
-    if not path.exists():
-        return None
-    vision = OmegaConf.load(path).get("vision")
+    return OmegaConf.load(path) if path.exists() else None
+
+
+def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
+    """The pixel budget a built dataset's boxes were computed with (None for a folder without a build config)."""
+    built = _build_config(out)
+    vision = built.get("vision") if built is not None else None
     return PixelBudget(int(vision.min_pixels), int(vision.max_pixels)) if vision else None

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
+
+from bench_child import emit, run_child
 
 
 def run_backend(args) -> dict:
@@ -50,7 +51,7 @@ def main() -> None:
     ap.add_argument("--backend", choices=("vllm", "hf"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.backend:
-        print("RESULT " + json.dumps(run_backend(args)), flush=True)
+        emit(run_backend(args))
         return
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -58,11 +59,7 @@ def main() -> None:
     for backend in ("vllm", "hf"):
         cmd = [sys.executable, __file__, "--model", args.model, "--data", args.data, "--records", str(args.records),
                "--max-tokens", str(args.max_tokens), "--hf-batch", str(args.hf_batch), "--backend", backend]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            sys.exit(f"{backend} failed:\n{proc.stderr[-4000:]}")
-        results[backend] = json.loads(lines[-1][7:])
+        results[backend] = run_child(cmd, backend, env)
         print(json.dumps({"bench": "eval", **results[backend]}), flush=True)
     ratio = results["vllm"]["records_per_s"] / max(results["hf"]["records_per_s"], 1e-9)
     print(json.dumps({"bench": "eval_ratio", "vllm_over_hf": round(ratio, 2), "target": 3.0}))

@@ -17,9 +17,10 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
+
+from bench_child import emit, run_child
 
 
 def _mixed_indices(ds, n: int) -> list[int]:
@@ -116,17 +117,13 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     if args.mode:
-        print("RESULT " + json.dumps(run_mode(args)), flush=True)
+        emit(run_mode(args))
         return
     results = {}
     for mode in ("naive", "packed"):
         cmd = [sys.executable, __file__, "--config", args.config, "--samples", str(args.samples), "--naive-batch",
                str(args.naive_batch), "--steps", str(args.steps), "--mode", mode, *args.overrides]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            sys.exit(f"{mode} run failed:\n{proc.stderr[-4000:]}")
-        results[mode] = json.loads(lines[-1][7:])
+        results[mode] = run_child(cmd, f"{mode} run", dict(os.environ))
         print(json.dumps({"bench": "train", **results[mode]}), flush=True)
     ratio = results["packed"]["real_tokens_per_s"] / max(results["naive"]["real_tokens_per_s"], 1e-9)
     print(json.dumps({"bench": "train_ratio", "packed_over_naive_real_tokens_per_s": round(ratio, 2),
