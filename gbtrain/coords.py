@@ -141,6 +141,9 @@ def model_unit_size(width: int, height: int, convention: str,
     return 1.0 / sx, 1.0 / sy
 
 
+# A checkpoint trained by the recipe names the convention of its training targets in this file.
+CHECKPOINT_COORDS_FILE = "gbtrain_coords.txt"
+
 # Which convention a model family was trained with (GradingBench format note). Keys are matched
 # against a config.json `model_type` or a model name, lowercased, first match wins.
 _FAMILY_CONVENTIONS = (

@@ -21,7 +21,7 @@ from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
 from gbtrain.backends import Backend, SamplingOptions
 from gbtrain.conversations import references, regions_to_grade
-from gbtrain.coords import PixelBudget, convention_for_model, to_model
+from gbtrain.coords import CHECKPOINT_COORDS_FILE, CONVENTIONS, PixelBudget, convention_for_model, to_model
 from gbtrain.parsing import parse_response
 from gbtrain.schema import LEVELS, Record
 from gbtrain.scoring import (
@@ -63,7 +63,14 @@ def parse_settings(spec: str, three_turn: bool = False) -> list[Setting]:
 
 
 def default_coords(model: str) -> str:
-    """From the checkpoint's config.json model_type, else from the model name; None -> ask the user."""
+    """The convention the recipe recorded in the checkpoint, else the one of its config.json model_type,
+    else of the model name; unknown -> ask the user."""
+    recorded = Path(model) / CHECKPOINT_COORDS_FILE
+    if recorded.is_file():
+        conv = recorded.read_text(encoding="utf-8").strip()
+        if conv not in CONVENTIONS:
+            raise ValueError(f"{recorded}: unknown coordinate convention {conv!r}")
+        return conv
     cfg = Path(model) / "config.json"
     if cfg.is_file():
         model_type = json.loads(cfg.read_text()).get("model_type", "")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
+
+from gbtrain.coords import CHECKPOINT_COORDS_FILE
 
 
 def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
@@ -22,4 +25,7 @@ def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
     source = adapter if (Path(adapter) / "processor_config.json").exists() else base
     processor = AutoProcessor.from_pretrained(source)
     processor.save_pretrained(out_dir)
+    recorded = Path(adapter) / CHECKPOINT_COORDS_FILE
+    if recorded.is_file():
+        shutil.copyfile(recorded, out_dir / CHECKPOINT_COORDS_FILE)
     return out_dir

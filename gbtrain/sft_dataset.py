@@ -308,3 +308,9 @@ def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
     built = _build_config(out)
     vision = built.get("vision") if built is not None else None
     return PixelBudget(int(vision.min_pixels), int(vision.max_pixels)) if vision else None
+
+
+def dataset_coords(out: str | Path) -> str | None:
+    """The box convention a built dataset's targets use (None for a folder without a build config)."""
+    built = _build_config(out)
+    return str(built.coords) if built is not None and built.get("coords") else None

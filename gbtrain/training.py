@@ -11,9 +11,9 @@ from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
 from gbtrain.config import TrainConfig, VisionConfig, to_yaml
-from gbtrain.coords import PixelBudget
+from gbtrain.coords import CHECKPOINT_COORDS_FILE, PixelBudget
 from gbtrain.modeling import check_options, llm_parameter_count, parameter_groups, setup_model, train_dtype
-from gbtrain.sft_dataset import LengthCounter, dataset_pixel_budget, load_sft_dataset
+from gbtrain.sft_dataset import LengthCounter, dataset_coords, dataset_pixel_budget, load_sft_dataset
 
 
 def resolve_budget(cfg: TrainConfig) -> PixelBudget:
@@ -76,6 +76,7 @@ class GradingSFTTrainer(SFTTrainer):
         self.gb_config = gb_config
         self.meter = meter
         self.eval_collator = eval_collator
+        self.real_tokens_seen = 0
         super().__init__(*args, **kwargs)
 
     def get_eval_dataloader(self, eval_dataset=None):
@@ -106,8 +107,12 @@ class GradingSFTTrainer(SFTTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training and "loss" in logs:
-            tokens = self.accelerator.gather(torch.tensor([self.meter.tokens], device=self.args.device)).sum()
-            logs.update(self.meter.read(int(tokens), self.accelerator.num_processes))
+            tokens = int(self.accelerator.gather(torch.tensor([self.meter.tokens], device=self.args.device)).sum())
+            logs.update(self.meter.read(tokens, self.accelerator.num_processes))
+            # TRL counts a padding-free batch as position_ids.size(1) tokens, which is 1 for the [4, 1, L]
+            # M-RoPE ids of a pack; report the real tokens seen instead.
+            self.real_tokens_seen += tokens
+            self._metrics["train"]["num_tokens"] = [self.real_tokens_seen]
         super().log(logs, start_time)
 
 
@@ -191,6 +196,9 @@ def train(cfg: TrainConfig) -> dict:
         summary["eval_loss"] = trainer.evaluate().get("eval_loss")
     if trainer.is_world_process_zero():
         processor.save_pretrained(cfg.output_dir)
+        coords = dataset_coords(cfg.dataset)
+        if coords:  # the evaluator reads it, so a model trained on another convention is not misread
+            Path(cfg.output_dir, CHECKPOINT_COORDS_FILE).write_text(coords + "\n", encoding="utf-8")
         Path(cfg.output_dir, "gbtrain_train_config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
         Path(cfg.output_dir, "train_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

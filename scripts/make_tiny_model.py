@@ -18,10 +18,13 @@ def main() -> None:
     ap.add_argument("--max-pixels", type=int, default=PixelBudget().max_pixels)
     ap.add_argument("--hidden", type=int, default=128, help="text hidden size (head_dim is 64)")
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vision-hidden", type=int, default=64, help="vision tower width (head_dim is 32)")
+    ap.add_argument("--vision-depth", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     path = make_tiny_model(args.out, PixelBudget(args.min_pixels, args.max_pixels), seed=args.seed,
-                           hidden=args.hidden, layers=args.layers)
+                           hidden=args.hidden, layers=args.layers,
+                           vision_hidden=args.vision_hidden, vision_depth=args.vision_depth)
     print(f"tiny Qwen2.5-VL written to {path}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gbtrain.evaluation import ALL_SETTINGS, merge_turns, parse_settings
+from gbtrain.evaluation import ALL_SETTINGS, default_coords, merge_turns, parse_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
@@ -157,6 +157,17 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(sft_dir, synth_dir, tiny_m
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = run_eval(out, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab", env=vllm_env(tmp_path))
-    assert report["meta"]["coords"] == "qwen25"  # from the checkpoint's model_type
+    assert (out / "gbtrain_coords.txt").read_text().strip() == "qwen25"  # the dataset's convention, recorded
+    assert report["meta"]["coords"] == "qwen25"
     assert report["meta"]["max_pixels"] == 28 * 28 * 256  # the training pixel budget, from its processor
     assert set(report["settings"]) == {"L1-af", "L2-ab"}
+
+
+def test_default_coords_prefers_the_convention_recorded_by_the_recipe(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    assert default_coords(str(tmp_path)) == "qwen25"
+    (tmp_path / "gbtrain_coords.txt").write_text("rel1000\n")
+    assert default_coords(str(tmp_path)) == "rel1000"
+    (tmp_path / "gbtrain_coords.txt").write_text("pixels\n")
+    with pytest.raises(ValueError, match=r"gbtrain_coords\.txt: unknown coordinate convention 'pixels'"):
+        default_coords(str(tmp_path))

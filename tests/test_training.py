@@ -47,6 +47,8 @@ def test_one_process(sft_dir, tiny_model_dir, tmp_path, budget):
     history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
     logged = [h for h in history if "loss" in h]
     assert logged and all(h["real_tokens_per_s"] > 0 for h in logged)
+    seen = [h["num_tokens"] for h in logged]  # cumulative real tokens; a pack holds hundreds per step
+    assert all(b - a > 100 for a, b in zip([0, *seen], seen, strict=False))
     assert AutoModelForImageTextToText.from_pretrained(out) is not None
     assert AutoProcessor.from_pretrained(out).image_processor.size.longest_edge == budget.max_pixels
 
@@ -108,6 +110,7 @@ def test_lora_merge_loads_in_transformers_and_vllm(sft_dir, tiny_model_dir, tmp_
     assert any("language_model" in n for n in changed) and any("merger" in n for n in changed)
     assert not any(".visual.blocks." in n for n in changed)
     assert (merged / "chat_template.jinja").exists() and (merged / "generation_config.json").exists()
+    assert (merged / "gbtrain_coords.txt").read_text() == (adapter / "gbtrain_coords.txt").read_text()
     script = (
         "from PIL import Image\nfrom vllm import LLM, SamplingParams\n"
         "if __name__ == '__main__':\n"
