@@ -1,0 +1,54 @@
+"""Is a model looking at the image? Teacher-forced loss with the real images vs. blank ones.
+
+A model that learned only text-side priors (the answer format, typical box positions, the usual
+verdict) has the same loss on blank pages; the gap is the part of its skill that comes from pixels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from gbtrain.collator import IGNORE_INDEX, GradingCollator
+from gbtrain.sft_dataset import load_sft_dataset
+
+
+def _summed_loss(model, batch: dict) -> tuple[float, int]:
+    """Summed next-token loss over the assistant tokens of one sample, and their count."""
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        logits = model(**batch).logits[0, :-1].float()
+    target = labels[0, 1:]
+    loss = torch.nn.functional.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
+    return float(loss), int((target != IGNORE_INDEX).sum())
+
+
+def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = "validation",
+                   limit: int = 32) -> dict:
+    """Token-weighted mean loss of `model_dir` on the first `limit` conversations of `split`, with their
+    images and with white images of the same sizes (so the prompt and image token counts are unchanged)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    splits = load_sft_dataset(dataset_dir)
+    if split not in splits:
+        raise ValueError(f"{dataset_dir} has no {split!r} split (it has {', '.join(splits)})")
+    rows = splits[split]
+    if len(rows) == 0:
+        raise ValueError(f"{dataset_dir}: the {split!r} split is empty")
+    model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()
+    collator = GradingCollator(AutoProcessor.from_pretrained(str(model_dir)), max_length=1 << 30)
+    real = blank = 0.0
+    tokens = 0
+    n = min(limit, len(rows))
+    for i in range(n):
+        row = rows[i]
+        loss, count = _summed_loss(model, collator([row]))
+        white = [Image.new("RGB", im.size, "white") for im in row["images"]]
+        blank += _summed_loss(model, collator([{**row, "images": white}]))[0]
+        real += loss
+        tokens += count
+    return {"model": str(model_dir), "split": split, "samples": n, "tokens": tokens,
+            "loss_real_images": round(real / tokens, 4), "loss_blank_images": round(blank / tokens, 4),
+            "gap": round((blank - real) / tokens, 4)}
