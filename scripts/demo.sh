@@ -5,7 +5,8 @@
 # model's skill comes from the pixels (its loss with real vs. blank images).
 #   scripts/demo.sh [OUT_DIR]            (default runs/demo-<timestamp>)
 # Sizes can be changed through the environment: DEMO_PAGES, DEMO_CONVERSATIONS, DEMO_EVAL_RECORDS,
-# DEMO_TRAIN_STEPS, DEMO_HIDDEN, DEMO_LAYERS, DEMO_COORDS. On a machine with a GPU the same commands use it.
+# DEMO_TRAIN_STEPS, DEMO_HIDDEN, DEMO_LAYERS, DEMO_COORDS. On a GPU machine, GBTRAIN_VENV=<an environment with
+# CUDA torch and the extras> makes the same commands train and evaluate on the GPU (.venv is CPU-only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/demo-$(date +%Y%m%d-%H%M%S)}
@@ -24,9 +25,17 @@ mkdir -p "$OUT"
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }
 start=$(date +%s)
 
-log "environment (.venv; built once, about 3 minutes)"
-scripts/setup_env.sh .venv
-PY=.venv/bin/python
+if [ -n "${GBTRAIN_VENV:-}" ]; then  # an environment of your own, e.g. CUDA torch + the extras on a GPU machine
+  log "environment: $GBTRAIN_VENV"
+  VENV=$GBTRAIN_VENV
+else
+  log "environment (.venv, the pinned CPU stack; built once, about 3 minutes)"
+  scripts/setup_env.sh .venv
+  VENV=.venv
+fi
+PY=$VENV/bin/python
+DEVICE=(--cpu)
+if $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then DEVICE=(); fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 
@@ -49,7 +58,7 @@ log "evaluate the base model (six settings + three-turn, $EVAL_RECORDS held-out 
 $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}" > "$OUT/eval-base.log"
 
 log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py)"
-.venv/bin/accelerate launch --num_processes 1 --cpu recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml \
+$VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml \
   model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" max_steps="$STEPS" \
   max_length=2048 pack_tokens=2048 \
   eval_steps=100 save_steps=100 logging_steps=25 limit_eval_samples=32 2>&1 | tee "$OUT/train.log" \
