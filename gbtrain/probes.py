@@ -12,11 +12,12 @@ import torch
 from PIL import Image
 
 from gbtrain.collator import IGNORE_INDEX, GradingCollator
-from gbtrain.sft_dataset import load_sft_dataset
+from gbtrain.sft_dataset import dataset_pixel_budget, load_sft_dataset
 
 
 def _summed_loss(model, batch: dict) -> tuple[float, int]:
     """Summed next-token loss over the assistant tokens of one sample, and their count."""
+    batch = {k: v.to(model.device) for k, v in batch.items()}
     labels = batch.pop("labels")
     with torch.no_grad():
         logits = model(**batch).logits[0, :-1].float()
@@ -37,8 +38,12 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
     rows = splits[split]
     if len(rows) == 0:
         raise ValueError(f"{dataset_dir}: the {split!r} split is empty")
-    model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()
-    collator = GradingCollator(AutoProcessor.from_pretrained(str(model_dir)), max_length=1 << 30)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype="auto").to(device).eval()
+    budget = dataset_pixel_budget(dataset_dir)  # the targets' boxes were computed for it
+    processor = (AutoProcessor.from_pretrained(str(model_dir), size=budget.processor_size()) if budget
+                 else AutoProcessor.from_pretrained(str(model_dir)))
+    collator = GradingCollator(processor, max_length=1 << 30)
     real = blank = 0.0
     tokens = 0
     n = min(limit, len(rows))
