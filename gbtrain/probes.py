@@ -16,18 +16,19 @@ from gbtrain.sft_dataset import dataset_pixel_budget, load_sft_dataset
 
 
 def _summed_loss(model, batch: dict) -> tuple[float, int]:
-    """Summed next-token loss over the assistant tokens of one sample, and their count."""
+    """Summed next-token loss over the assistant tokens of a padded batch, and their count."""
     batch = {k: v.to(model.device) for k, v in batch.items()}
     labels = batch.pop("labels")
     with torch.no_grad():
-        logits = model(**batch).logits[0, :-1].float()
-    target = labels[0, 1:]
-    loss = torch.nn.functional.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
+        logits = model(**batch).logits[:, :-1].float()
+    target = labels[:, 1:]
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=IGNORE_INDEX,
+                                             reduction="sum")
     return float(loss), int((target != IGNORE_INDEX).sum())
 
 
 def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = "validation",
-                   limit: int = 32) -> dict:
+                   limit: int = 32, batch_size: int = 8) -> dict:
     """Token-weighted mean loss of `model_dir` on the first `limit` conversations of `split`, with their
     images and with white images of the same sizes (so the prompt and image token counts are unchanged)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -47,13 +48,13 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
     real = blank = 0.0
     tokens = 0
     n = min(limit, len(rows))
-    for i in range(n):
-        row = rows[i]
-        loss, count = _summed_loss(model, collator([row]))
-        white = [Image.new("RGB", im.size, "white") for im in row["images"]]
-        blank += _summed_loss(model, collator([{**row, "images": white}]))[0]
+    for start in range(0, n, batch_size):
+        batch = [rows[i] for i in range(start, min(start + batch_size, n))]
+        whites = [{**row, "images": [Image.new("RGB", im.size, "white") for im in row["images"]]} for row in batch]
+        loss, count = _summed_loss(model, collator(batch))
         real += loss
         tokens += count
+        blank += _summed_loss(model, collator(whites))[0]
     return {"model": str(model_dir), "split": split, "samples": n, "tokens": tokens,
             "loss_real_images": round(real / tokens, 4), "loss_blank_images": round(blank / tokens, 4),
             "gap": round((blank - real) / tokens, 4)}

@@ -18,8 +18,9 @@ def main() -> None:
     ap.add_argument("--data", required=True, help="a folder written by data_builders/build_sft.py")
     ap.add_argument("--split", default="validation")
     ap.add_argument("--limit", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=8)
     args = ap.parse_args()
-    print(json.dumps(image_reliance(args.model, args.data, args.split, args.limit)))
+    print(json.dumps(image_reliance(args.model, args.data, args.split, args.limit, args.batch_size)))
 
 
 if __name__ == "__main__":
