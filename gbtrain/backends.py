@@ -40,8 +40,10 @@ class Backend(Protocol):
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]: ...
 
 
-def text_message(text: str, role: str = "user") -> dict:
-    return {"role": role, "content": [{"type": "text", "text": text}]}
+def message(text: str, image=None, role: str = "user") -> dict:
+    """One message in the neutral form (the image, when given, comes before the text)."""
+    return {"role": role, "content": ([{"type": "image", "image": image}] if image is not None else [])
+            + [{"type": "text", "text": text}]}
 
 
 def _convert(conv: list[dict], image_part) -> list[dict]:
@@ -189,6 +191,6 @@ def judge_from_spec(spec: str, **backend_kwargs):
     sampling = SamplingOptions(temperature=0.0, repetition_penalty=1.0, max_tokens=8)
 
     def generate(prompts: list[str]) -> list[str]:
-        return backend.chat([[text_message(p)] for p in prompts], sampling)
+        return backend.chat([[message(p)] for p in prompts], sampling)
 
     return LLMJudge(generate, name=spec)

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from PIL import Image
@@ -19,7 +20,7 @@ from tqdm import tqdm
 
 from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
-from gbtrain.backends import Backend, SamplingOptions
+from gbtrain.backends import Backend, SamplingOptions, message
 from gbtrain.conversations import references, regions_to_grade
 from gbtrain.coords import CHECKPOINT_COORDS_FILE, CONVENTIONS, PixelBudget, convention_for_model, to_model
 from gbtrain.parsing import parse_response
@@ -93,13 +94,10 @@ def default_budget(model: str) -> PixelBudget:
     return PixelBudget()
 
 
-def _user(image: Image.Image | None, text: str) -> dict:
-    content = ([{"type": "image", "image": image}] if image is not None else []) + [{"type": "text", "text": text}]
-    return {"role": "user", "content": content}
-
-
-def _assistant(text: str) -> dict:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+@lru_cache(maxsize=8)  # L2 records of a page come together; pages can be tens of MB decoded
+def _decode(path: Path) -> Image.Image:
+    with Image.open(path) as im:
+        return im.convert("RGB")
 
 
 @dataclass
@@ -130,8 +128,9 @@ class Evaluator:
         return self._records[level]
 
     def image(self, r: Record) -> Image.Image:
-        with Image.open(image_path(self.data_dir, r)) as im:
-            return im.convert("RGB")
+        """The record's image, decoded once per file: the L2 records of a page share it (callers do not
+        modify it)."""
+        return _decode(image_path(self.data_dir, r))
 
     # ----------------------------------------------------------------------------- prompts per record
     def _regions(self, r: Record) -> list[list] | None:
@@ -217,13 +216,13 @@ class Evaluator:
 
     def _single(self, chunk: list[Record], s: Setting) -> list[dict]:
         texts = [self.first_prompt(r, s) for r in chunk]
-        convs = [[_user(self.image(r), t)] for r, t in zip(chunk, texts, strict=True)]
+        convs = [[message(t, self.image(r))] for r, t in zip(chunk, texts, strict=True)]
         outs = self._send(convs, texts, chunk)
         return [{"id": r.record_id, **o} for r, o in zip(chunk, outs, strict=True)]
 
     def _three_turn(self, chunk: list[Record], s: Setting) -> list[dict]:
         texts = [self.first_prompt(r, s) for r in chunk]
-        convs = [[_user(self.image(r), t)] for r, t in zip(chunk, texts, strict=True)]
+        convs = [[message(t, self.image(r))] for r, t in zip(chunk, texts, strict=True)]
         turns: list[list[str]] = [[] for _ in chunk]
         errors: list[str | None] = [None] * len(chunk)
         follow_ups: list[Callable[[Record], str]] = [
@@ -237,7 +236,7 @@ class Evaluator:
         for make in follow_ups:
             live = [k for k in range(len(chunk)) if errors[k] is None]
             for k in live:
-                convs[k] = [*convs[k], _assistant(turns[k][-1]), _user(None, make(chunk[k]))]
+                convs[k] = [*convs[k], message(turns[k][-1], role="assistant"), message(make(chunk[k]))]
             replies = self.backend.chat([convs[k] for k in live], self.opts.sampling) if live else []
             for k, reply in zip(live, replies, strict=True):
                 turns[k].append(reply)
@@ -286,12 +285,13 @@ def run_diagnostics(ev: Evaluator) -> dict:
     coords, budget, sampling = ev.opts.coords, ev.opts.budget, ev.opts.sampling
     images = {r.record_id: ev.image(r) for r in records}
     opts = ScoreOptions("L1", "answer-based", coords, budget.min_pixels, budget.max_pixels)
-    replies = ev.backend.chat([[_user(images[r.record_id], prompts.diag_locate(coords))] for r in records], sampling)
+    replies = ev.backend.chat([[message(prompts.diag_locate(coords), images[r.record_id])] for r in records],
+                               sampling)
     located = Predictions({r.record_id: reply for r, reply in zip(records, replies, strict=True)})
 
     groups = [(r, g) for r in records for g in r.groups]
-    convs = [[_user(images[r.record_id], prompts.diag_recognize(coords, to_model(g.box, r.width, r.height, coords,
-                                                                                 budget)))] for r, g in groups]
+    convs = [[message(prompts.diag_recognize(coords, to_model(g.box, r.width, r.height, coords, budget)),
+                      images[r.record_id])] for r, g in groups]
     texts = {}
     for (r, g), reply in zip(groups, ev.backend.chat(convs, sampling), strict=True):
         items = parse_response(reply).items
@@ -299,7 +299,7 @@ def run_diagnostics(ev: Evaluator) -> dict:
 
     reasoning = {}
     for mode in ("answer-free", "answer-based"):
-        convs = [[_user(images[r.record_id], prompts.diag_reason(g.group_id, g.hand, mode, g.std))]
+        convs = [[message(prompts.diag_reason(g.group_id, g.hand, mode, g.std), images[r.record_id])]
                  for r, g in groups]
         judgments = {}
         for (r, g), reply in zip(groups, ev.backend.chat(convs, sampling), strict=True):

@@ -19,7 +19,7 @@ from bench_child import emit, run_child
 
 def run_backend(args) -> dict:
     from gbtrain.annotations import load_level
-    from gbtrain.backends import HFBackend, SamplingOptions, VLLMBackend
+    from gbtrain.backends import HFBackend, SamplingOptions, VLLMBackend, message
     from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_budget
 
     budget = default_budget(args.model)
@@ -31,8 +31,7 @@ def run_backend(args) -> dict:
     sampling = SamplingOptions(max_tokens=args.max_tokens)
     ev = Evaluator(backend, args.data, "unused", EvalOptions("qwen25", budget, sampling), progress=False)
     setting = Setting("L1", "answer-free")
-    convs = [[{"role": "user", "content": [{"type": "image", "image": ev.image(r)},
-                                           {"type": "text", "text": ev.first_prompt(r, setting)}]}] for r in records]
+    convs = [[message(ev.first_prompt(r, setting), ev.image(r))] for r in records]
     backend.chat(convs[:2], ev.opts.sampling)  # warm-up
     start = time.perf_counter()
     replies = backend.chat(convs[2:], ev.opts.sampling)

@@ -171,3 +171,15 @@ def test_default_coords_prefers_the_convention_recorded_by_the_recipe(tmp_path):
     (tmp_path / "gbtrain_coords.txt").write_text("pixels\n")
     with pytest.raises(ValueError, match=r"gbtrain_coords\.txt: unknown coordinate convention 'pixels'"):
         default_coords(str(tmp_path))
+
+
+def test_the_l2_records_of_a_page_share_one_decoded_image(synth_dir, tmp_path):
+    from gbtrain.coords import PixelBudget
+    from gbtrain.evaluation import EvalOptions, Evaluator
+
+    ev = Evaluator(None, synth_dir, tmp_path, EvalOptions("qwen25", PixelBudget()), progress=False)
+    records = ev.records("L2")
+    first, same_page = records[0], [r for r in records[1:] if r.image == records[0].image]
+    assert same_page and ev.image(same_page[0]) is ev.image(first)
+    other = next(r for r in records if r.image != first.image)
+    assert ev.image(other).size == (other.width, other.height) and ev.image(other) is not ev.image(first)
