@@ -35,6 +35,11 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=32768)
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
     ap.add_argument("--data-parallel-size", type=int, default=1)
+    ap.add_argument("--kv-cache-gib", type=float, default=None,
+                    help="vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; "
+                         "on a GPU: what --gpu-memory-utilization leaves)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                    help="vllm on a GPU: share of the card the engine (and a vllm judge) may take")
     ap.add_argument("--structured", action="store_true", help="JSON-schema constrained output (single-turn)")
     ap.add_argument("--batch-size", type=int, default=256, help="records per backend call and flushed chunk")
     ap.add_argument("--limit", type=int, default=None, help="first N records of each level")

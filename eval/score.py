@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from gbtrain.annotations import AnnotationError, load_level
-from gbtrain.backends import judge_from_spec
+from gbtrain.backends import VLLMMemory, judge_from_spec
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.schema import LEVELS
 from gbtrain.scoring import PredictionsError, ScoreOptions, read_predictions, score, write_report
@@ -31,6 +31,9 @@ def main() -> None:
     ap.add_argument("--min-pixels", type=int, default=PixelBudget().min_pixels)
     ap.add_argument("--max-pixels", type=int, default=PixelBudget().max_pixels)
     ap.add_argument("--judge", default="rule", help="rule (default), or vllm:MODEL / openai:MODEL[@URL]")
+    ap.add_argument("--kv-cache-gib", type=float, default=None,
+                    help="vllm judge: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm judge on a GPU")
     ap.add_argument("--match-radius", type=float, default=1.0, help="x the group's box diagonal")
     ap.add_argument("--exclude-other", action="store_true", help="drop half-right/unanswered/unknown groups")
     ap.add_argument("--allow-duplicates", action="store_true", help="keep the last line of a duplicated id")
@@ -47,7 +50,8 @@ def main() -> None:
         sys.exit(2)
     for problem in loaded.skipped + loaded.warnings:
         print(f"score: warning: {problem}", file=sys.stderr)
-    report = score(loaded.records, preds, opts, judge_from_spec(args.judge))
+    judge = judge_from_spec(args.judge, VLLMMemory(args.kv_cache_gib, args.gpu_memory_utilization))
+    report = score(loaded.records, preds, opts, judge)
     write_report(report, args.out)
     cov = report["coverage"]
     print(f"{args.level} {args.mode}: accuracy {report['accuracy']:.4f} over {report['n_groups']} groups "

@@ -24,7 +24,9 @@ from gbtrain.coords import PixelBudget
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    """Defaults are the GradingBench reference inference settings."""
+    """Defaults are the GradingBench reference inference settings. Every backend sets every one of these
+    fields explicitly, so a checkpoint's generation_config.json (the hub's samples with temperature 1e-6,
+    repetition penalty 1.05) never decides what is decoded; top-k and min-p are off."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -59,38 +61,79 @@ def _jpeg_data_url(image) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+@dataclass(frozen=True)
+class VLLMMemory:
+    """How much memory a vLLM engine may take; gbtrain sizes it instead of vLLM's node-wide defaults.
+
+    On CPU vLLM would reserve `gpu_memory_utilization` (0.92) of the whole NUMA node and refuse to start
+    when other processes hold more than 8% of it; an explicit KV-cache size skips that reservation.
+    ``kv_cache_gib`` None means: on CPU, a quarter of the memory available at start, between 0.5 and
+    4 GiB; on a GPU, whatever `gpu_memory_utilization` of the card leaves after the weights.
+    """
+
+    kv_cache_gib: float | None = None
+    gpu_memory_utilization: float = 0.9
+
+    def __post_init__(self):
+        if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+    def engine_kwargs(self, on_cpu: bool) -> dict:
+        """`LLM(...)` keyword arguments for this machine."""
+        kwargs: dict = {"gpu_memory_utilization": self.gpu_memory_utilization}
+        gib = self.kv_cache_gib
+        if gib is None and on_cpu:
+            import psutil
+
+            gib = min(4.0, max(0.5, psutil.virtual_memory().available / 2**30 / 4))
+        if gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(gib * 2**30)
+        return kwargs
+
+
 class VLLMBackend:
-    """vLLM offline engine. Pixel budget, context length and parallelism come from the caller's config."""
+    """vLLM offline engine. Pixel budget, context length, memory and parallelism come from the caller's config.
+
+    On CPU the engine runs eagerly (compiling the graph costs minutes there and buys little)."""
 
     name = "vllm"
 
     def __init__(self, model: str, budget: PixelBudget = PixelBudget(), max_model_len: int = 32768,
                  tensor_parallel_size: int = 1, data_parallel_size: int = 1, structured: bool = False,
-                 seed: int = 0, **engine_kwargs):
+                 seed: int = 0, memory: VLLMMemory = VLLMMemory(), **engine_kwargs):
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         self.model = model
+        on_cpu = current_platform.is_cpu()
         kwargs = dict(model=model, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                       limit_mm_per_prompt={"image": 1}, mm_processor_kwargs=budget.mm_processor_kwargs(),
-                      seed=seed, **engine_kwargs)
+                      seed=seed, enforce_eager=on_cpu, **memory.engine_kwargs(on_cpu))
+        kwargs.update(engine_kwargs)
         if data_parallel_size > 1:
             kwargs["data_parallel_size"] = data_parallel_size
         if structured:
             kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
         self.llm = LLM(**kwargs)
 
-    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
+    def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list:
+        """vLLM's RequestOutputs (prompt token ids included) for a batch, in order."""
         from vllm import SamplingParams
 
-        kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p,
-                      repetition_penalty=sampling.repetition_penalty, max_tokens=sampling.max_tokens)
+        kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=0.0,
+                      presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=sampling.repetition_penalty,
+                      max_tokens=sampling.max_tokens)
         if sampling.json_schema is not None:
             from vllm.sampling_params import StructuredOutputsParams
 
             kwargs["structured_outputs"] = StructuredOutputsParams(json=sampling.json_schema)
         messages = [_convert(c, lambda im: {"type": "image_pil", "image_pil": im}) for c in conversations]
-        outputs = self.llm.chat(messages, SamplingParams(**kwargs), use_tqdm=False)
-        return [o.outputs[0].text for o in outputs]
+        return self.llm.chat(messages, SamplingParams(**kwargs), use_tqdm=False)
+
+    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
+        return [o.outputs[0].text for o in self.generate(conversations, sampling)]
 
 
 class HFBackend:
@@ -100,65 +143,85 @@ class HFBackend:
 
     def __init__(self, model: str, budget: PixelBudget = PixelBudget(), batch_size: int = 8, device: str | None = None):
         import torch
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+        from transformers import AutoModelForImageTextToText
+
+        from gbtrain.modeling import load_processor
 
         self.model = model
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        self.processor = AutoProcessor.from_pretrained(model, size=budget.processor_size())
+        self.processor = load_processor(model, budget)
         self.processor.tokenizer.padding_side = "left"
         self.net = AutoModelForImageTextToText.from_pretrained(model, dtype=dtype).to(self.device).eval()
         self.batch_size = batch_size
 
-    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
+    def encode(self, conversations: list[list[dict]]):
+        """Model inputs of one batch: chat template, image tokens at the budget, left padding."""
+        return self.processor.apply_chat_template(conversations, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=True, return_tensors="pt", padding=True)
+
+    def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[list[int]]:
+        """Generated token ids per conversation (up to and including the stop token)."""
         import torch
 
-        replies: list[str] = []
+        # Every field set here, None = off: the checkpoint's generation_config.json fills nothing else.
+        sample = sampling.temperature > 0
+        gen = dict(max_new_tokens=sampling.max_tokens, repetition_penalty=sampling.repetition_penalty,
+                   do_sample=sample, temperature=sampling.temperature if sample else None,
+                   top_p=sampling.top_p if sample else None, top_k=None, min_p=None,
+                   pad_token_id=self.processor.tokenizer.pad_token_id)
+        pad = self.processor.tokenizer.pad_token_id
+        out_ids: list[list[int]] = []
         for i in range(0, len(conversations), self.batch_size):
-            batch = conversations[i:i + self.batch_size]
-            inputs = self.processor.apply_chat_template(batch, add_generation_prompt=True, tokenize=True,
-                                                        return_dict=True, return_tensors="pt", padding=True)
-            inputs = inputs.to(self.device)
-            gen = dict(max_new_tokens=sampling.max_tokens, repetition_penalty=sampling.repetition_penalty,
-                       pad_token_id=self.processor.tokenizer.pad_token_id)
-            if sampling.temperature > 0:
-                gen.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p)
-            else:
-                gen.update(do_sample=False)
+            inputs = self.encode(conversations[i:i + self.batch_size]).to(self.device)
             with torch.no_grad():
                 out = self.net.generate(**inputs, **gen)
-            new = out[:, inputs["input_ids"].shape[1]:]
-            replies += self.processor.batch_decode(new, skip_special_tokens=True)
-        return replies
+            for row in out[:, inputs["input_ids"].shape[1]:].tolist():
+                while row and row[-1] == pad:  # right padding of the shorter replies in a batch
+                    row.pop()
+                out_ids.append(row)
+        return out_ids
+
+    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
+        return self.processor.batch_decode(self.generate(conversations, sampling), skip_special_tokens=True)
 
 
 class OpenAIBackend:
     """An OpenAI-compatible chat endpoint. The key comes from `api_key_env` (default OPENAI_API_KEY);
-    a local server without auth needs none."""
+    a local server without auth needs none. Images are sent already resized to `budget`, the size that
+    `qwen25` boxes are defined for (a server cannot be told the budget; one that resizes again with its own
+    rule keeps an image whose sides are multiples of 28 inside its range)."""
 
     name = "openai"
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 8, timeout: float = 300.0, max_retries: int = 6):
+                 concurrency: int = 8, timeout: float = 300.0, max_retries: int = 6,
+                 budget: PixelBudget = PixelBudget()):
         from openai import OpenAI
 
         self.model = model
+        self.budget = budget
+        url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.openai_itself = "api.openai.com" in url
         self.concurrency = max(1, concurrency)
-        self.client = OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-                             api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
+        self.client = OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
                              max_retries=max_retries)
 
+    def messages(self, conv: list[dict]) -> list[dict]:
+        """The request's messages: images resized to the budget, as base64 JPEG data URLs."""
+        return _convert(conv, lambda im: {"type": "image_url",
+                                          "image_url": {"url": _jpeg_data_url(self.budget.resize(im))}})
+
     def _one(self, conv: list[dict], sampling: SamplingOptions) -> str:
-        messages = _convert(conv, lambda im: {"type": "image_url", "image_url": {"url": _jpeg_data_url(im)}})
-        kwargs = dict(model=self.model, messages=messages, temperature=sampling.temperature,
+        kwargs = dict(model=self.model, messages=self.messages(conv), temperature=sampling.temperature,
                       top_p=sampling.top_p, max_tokens=sampling.max_tokens)
-        extra = {}
-        if sampling.repetition_penalty != 1.0:
-            extra["repetition_penalty"] = sampling.repetition_penalty  # vLLM servers accept it; others ignore
+        # A self-hosted server (vLLM, SGLang) would otherwise take these from the checkpoint's
+        # generation_config.json; OpenAI's own API refuses fields it does not know.
+        extra = None if self.openai_itself else {"repetition_penalty": sampling.repetition_penalty, "top_k": -1}
         if sampling.json_schema is not None:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "grading", "schema": sampling.json_schema}}
-        resp = self.client.chat.completions.create(**kwargs, extra_body=extra or None)
+        resp = self.client.chat.completions.create(**kwargs, extra_body=extra)
         return resp.choices[0].message.content or ""
 
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
@@ -166,28 +229,28 @@ class OpenAIBackend:
             return list(pool.map(lambda c: self._one(c, sampling), conversations))
 
 
-def make_backend(spec: str, budget: PixelBudget = PixelBudget(), **kwargs) -> Backend:
-    """`vllm:MODEL`, `hf:MODEL` or `openai:MODEL[@BASE_URL]`."""
+def make_backend(spec: str, budget: PixelBudget = PixelBudget(), memory: VLLMMemory = VLLMMemory()) -> Backend:
+    """`vllm:MODEL`, `hf:MODEL` or `openai:MODEL[@BASE_URL]` (`memory` sizes a vllm engine)."""
     kind, _, target = spec.partition(":")
     if not target:
         raise ValueError(f"backend spec {spec!r} must look like vllm:MODEL, hf:MODEL or openai:MODEL[@URL]")
     if kind == "vllm":
-        return VLLMBackend(target, budget, **kwargs)
+        return VLLMBackend(target, budget, memory=memory)
     if kind == "hf":
-        return HFBackend(target, budget, **kwargs)
+        return HFBackend(target, budget)
     if kind == "openai":
         model, _, url = target.partition("@")
-        return OpenAIBackend(model, url or None, **kwargs)
+        return OpenAIBackend(model, url or None, budget=budget)
     raise ValueError(f"unknown backend {kind!r} in {spec!r}: choose vllm, hf or openai")
 
 
-def judge_from_spec(spec: str, **backend_kwargs):
+def judge_from_spec(spec: str, memory: VLLMMemory = VLLMMemory()):
     """`rule`, or an LLM judge on a backend spec (temperature 0, short replies)."""
     from gbtrain.judges import LLMJudge, RuleJudge
 
     if spec == "rule":
         return RuleJudge()
-    backend = make_backend(spec, **backend_kwargs)
+    backend = make_backend(spec, memory=memory)
     sampling = SamplingOptions(temperature=0.0, repetition_penalty=1.0, max_tokens=8)
 
     def generate(prompts: list[str]) -> list[str]:

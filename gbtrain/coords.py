@@ -15,8 +15,12 @@ Conventions (names usable in configs and on the command line):
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
 
 from gbtrain.schema import Box
 
@@ -50,12 +54,17 @@ class PixelBudget:
         w, h = self.resized(width, height)
         return (w // PATCH_FACTOR) * (h // PATCH_FACTOR)
 
+    def resize(self, image):
+        """A PIL image at the size the model sees (for endpoints that cannot be told the budget)."""
+        size = self.resized(*image.size)
+        return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
+
     def processor_size(self) -> dict[str, int]:
-        """The `size` argument of the transformers Qwen2-VL image processor."""
+        """The `size` of the transformers Qwen2-VL image processor (gbtrain.modeling.load_processor sets it)."""
         return {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels}
 
     def mm_processor_kwargs(self) -> dict[str, int]:
-        """vLLM `mm_processor_kwargs` / qwen-vl-utils message keys."""
+        """vLLM `mm_processor_kwargs`."""
         return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
 
 
@@ -141,8 +150,28 @@ def model_unit_size(width: int, height: int, convention: str,
     return 1.0 / sx, 1.0 / sy
 
 
-# A checkpoint trained by the recipe names the convention of its training targets in this file.
-CHECKPOINT_COORDS_FILE = "gbtrain_coords.txt"
+# A checkpoint trained by the recipe records the box convention and pixel budget of its training targets.
+CHECKPOINT_RECORD = "gbtrain_checkpoint.json"
+
+
+def write_checkpoint_record(folder: str | Path, coords: str, budget: PixelBudget) -> None:
+    record = {"coords": coords, "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels}
+    (Path(folder) / CHECKPOINT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def read_checkpoint_record(folder: str | Path) -> tuple[str, PixelBudget] | None:
+    """(coords, budget) the recipe recorded in a checkpoint folder; None for any other checkpoint."""
+    path = Path(folder) / CHECKPOINT_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        coords, budget = record["coords"], PixelBudget(int(record["min_pixels"]), int(record["max_pixels"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a gbtrain checkpoint record ({e})") from None
+    if coords not in CONVENTIONS:
+        raise ValueError(f"{path}: unknown coordinate convention {coords!r}")
+    return coords, budget
 
 # Which convention a model family was trained with (GradingBench format note). Keys are matched
 # against a config.json `model_type` or a model name, lowercased, first match wins.

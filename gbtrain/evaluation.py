@@ -22,7 +22,7 @@ from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
 from gbtrain.backends import Backend, SamplingOptions, message
 from gbtrain.conversations import references, regions_to_grade
-from gbtrain.coords import CHECKPOINT_COORDS_FILE, CONVENTIONS, PixelBudget, convention_for_model, to_model
+from gbtrain.coords import PixelBudget, convention_for_model, read_checkpoint_record, to_model
 from gbtrain.parsing import parse_response
 from gbtrain.schema import LEVELS, Record
 from gbtrain.scoring import (
@@ -66,12 +66,9 @@ def parse_settings(spec: str, three_turn: bool = False) -> list[Setting]:
 def default_coords(model: str) -> str:
     """The convention the recipe recorded in the checkpoint, else the one of its config.json model_type,
     else of the model name; unknown -> ask the user."""
-    recorded = Path(model) / CHECKPOINT_COORDS_FILE
-    if recorded.is_file():
-        conv = recorded.read_text(encoding="utf-8").strip()
-        if conv not in CONVENTIONS:
-            raise ValueError(f"{recorded}: unknown coordinate convention {conv!r}")
-        return conv
+    recorded = read_checkpoint_record(model)
+    if recorded:
+        return recorded[0]
     cfg = Path(model) / "config.json"
     if cfg.is_file():
         model_type = json.loads(cfg.read_text()).get("model_type", "")
@@ -85,13 +82,10 @@ def default_coords(model: str) -> str:
 
 
 def default_budget(model: str) -> PixelBudget:
-    """The checkpoint's own processor pixel budget (the recipe saves the training one), else the default."""
-    cfg = Path(model) / "processor_config.json"
-    if cfg.is_file():
-        size = (json.loads(cfg.read_text()).get("image_processor") or {}).get("size") or {}
-        if size.get("shortest_edge") and size.get("longest_edge"):
-            return PixelBudget(int(size["shortest_edge"]), int(size["longest_edge"]))
-    return PixelBudget()
+    """The pixel budget the recipe recorded in the checkpoint (its training data's), else GradingBench's.
+    A hub checkpoint's own processor keys (e.g. max_pixels 12845056) are never the evaluation budget."""
+    recorded = read_checkpoint_record(model)
+    return recorded[1] if recorded else PixelBudget()
 
 
 @lru_cache(maxsize=8)  # L2 records of a page come together; pages can be tens of MB decoded
@@ -339,6 +333,8 @@ class EvalRun:
     max_model_len: int = 32768
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
+    kv_cache_gib: float | None = None  # vllm: KV cache size (None: see backends.VLLMMemory)
+    gpu_memory_utilization: float = 0.9  # vllm on a GPU: share of the card the engine may take
     structured: bool = False
     batch_size: int = 256
     limit: int | None = None
@@ -353,7 +349,7 @@ class EvalRun:
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/)."""
     from gbtrain import reports
-    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend, judge_from_spec
+    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend, VLLMMemory, judge_from_spec
     from gbtrain.parsing import normalize_items
     from gbtrain.scoring import item_boxes, scorer_sha256
 
@@ -366,27 +362,26 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
         raise FileNotFoundError(f"model not found: {run.model} (a folder, or a hub id like "
                                 f"Qwen/Qwen2.5-VL-7B-Instruct)")
     coords = run.coords or default_coords(run.model)
-    base_budget = default_budget(run.model) if local else PixelBudget()
+    base_budget = default_budget(run.model)
     budget = PixelBudget(run.min_pixels or base_budget.min_pixels, run.max_pixels or base_budget.max_pixels)
     settings = parse_settings(run.settings, run.three_turn)
     sampling = SamplingOptions(max_tokens=run.max_tokens)
     tokenizer = None
+    memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
     if run.backend == "vllm":
-        import torch
-
         backend = VLLMBackend(run.model, budget, max_model_len=run.max_model_len,
                               tensor_parallel_size=run.tensor_parallel_size,
-                              data_parallel_size=run.data_parallel_size, structured=run.structured,
-                              enforce_eager=not torch.cuda.is_available())
+                              data_parallel_size=run.data_parallel_size, structured=run.structured, memory=memory)
         tokenizer = backend.llm.get_tokenizer()
     elif run.backend == "hf":
         backend = HFBackend(run.model, budget, batch_size=run.hf_batch_size)
         tokenizer = backend.processor.tokenizer
     elif run.backend == "openai":
-        backend = OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency)
+        backend = OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency,
+                                budget=budget)
     else:
         raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
-    judge = judge_from_spec(run.judge)
+    judge = judge_from_spec(run.judge, memory)
     out = Path(run.out)
     ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
                                                    run.max_model_len if tokenizer else None, run.limit),

@@ -6,13 +6,15 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from gbtrain.coords import CHECKPOINT_COORDS_FILE
+from gbtrain.coords import CHECKPOINT_RECORD, read_checkpoint_record
 
 
 def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+
+    from gbtrain.modeling import load_processor
 
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
@@ -23,9 +25,9 @@ def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
         model.generation_config = GenerationConfig.from_pretrained(base)
     model.save_pretrained(out_dir)
     source = adapter if (Path(adapter) / "processor_config.json").exists() else base
-    processor = AutoProcessor.from_pretrained(source)
+    record = read_checkpoint_record(adapter)
+    processor = load_processor(source, record[1]) if record else AutoProcessor.from_pretrained(source)
     processor.save_pretrained(out_dir)
-    recorded = Path(adapter) / CHECKPOINT_COORDS_FILE
-    if recorded.is_file():
-        shutil.copyfile(recorded, out_dir / CHECKPOINT_COORDS_FILE)
+    if record:
+        shutil.copyfile(Path(adapter) / CHECKPOINT_RECORD, out_dir / CHECKPOINT_RECORD)
     return out_dir

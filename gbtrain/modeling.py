@@ -12,8 +12,24 @@ import importlib.util
 import torch
 
 from gbtrain.config import TrainConfig
+from gbtrain.coords import PixelBudget
 
 VISION, MERGER, LLM = "vision_tower", "merger", "llm"
+
+
+def load_processor(model: str, budget: PixelBudget):
+    """The model's processor with `budget` in force: the one loader of training, the hf backend and probes.
+
+    A hub checkpoint's preprocessor_config.json carries legacy `min_pixels`/`max_pixels` (3136 / 12845056
+    for Qwen2.5-VL) that win over a `size` argument to `from_pretrained` (an A4 scan would then cost ~5x the
+    image tokens the builder counted), so the size is set on the loaded image processor instead; a
+    processor saved afterwards carries it."""
+    from transformers import AutoProcessor
+    from transformers.image_utils import SizeDict
+
+    processor = AutoProcessor.from_pretrained(model)
+    processor.image_processor.size = SizeDict(**budget.processor_size())
+    return processor
 
 
 def cuda_available() -> bool:

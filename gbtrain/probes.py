@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from gbtrain.collator import IGNORE_INDEX, GradingCollator
+from gbtrain.modeling import load_processor
 from gbtrain.sft_dataset import dataset_pixel_budget, load_sft_dataset
 
 
@@ -31,7 +32,7 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
                    limit: int = 32, batch_size: int = 8) -> dict:
     """Token-weighted mean loss of `model_dir` on the first `limit` conversations of `split`, with their
     images and with white images of the same sizes (so the prompt and image token counts are unchanged)."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
     splits = load_sft_dataset(dataset_dir)
     if split not in splits:
@@ -42,8 +43,9 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype="auto").to(device).eval()
     budget = dataset_pixel_budget(dataset_dir)  # the targets' boxes were computed for it
-    processor = (AutoProcessor.from_pretrained(str(model_dir), size=budget.processor_size()) if budget
-                 else AutoProcessor.from_pretrained(str(model_dir)))
+    if budget is None:
+        raise ValueError(f"{dataset_dir} has no build_config.yaml: its pixel budget is unknown")
+    processor = load_processor(str(model_dir), budget)
     collator = GradingCollator(processor, max_length=1 << 30)
     real = blank = 0.0
     tokens = 0

@@ -11,8 +11,15 @@ from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
 from gbtrain.config import TrainConfig, VisionConfig, to_yaml
-from gbtrain.coords import CHECKPOINT_COORDS_FILE, PixelBudget
-from gbtrain.modeling import check_options, llm_parameter_count, parameter_groups, setup_model, train_dtype
+from gbtrain.coords import PixelBudget, write_checkpoint_record
+from gbtrain.modeling import (
+    check_options,
+    llm_parameter_count,
+    load_processor,
+    parameter_groups,
+    setup_model,
+    train_dtype,
+)
 from gbtrain.sft_dataset import LengthCounter, dataset_coords, dataset_pixel_budget, load_sft_dataset
 
 
@@ -28,12 +35,6 @@ def resolve_budget(cfg: TrainConfig) -> PixelBudget:
         raise ValueError(f"vision {wanted} differs from the dataset's {built} ({cfg.dataset}/build_config.yaml): "
                          f"its boxes were computed for that budget; rebuild the data or drop the vision override")
     return wanted
-
-
-def load_processor(model: str, budget: PixelBudget):
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(model, size=budget.processor_size())
 
 
 def filter_by_length(ds, counter: LengthCounter, max_length: int, name: str):
@@ -197,8 +198,8 @@ def train(cfg: TrainConfig) -> dict:
     if trainer.is_world_process_zero():
         processor.save_pretrained(cfg.output_dir)
         coords = dataset_coords(cfg.dataset)
-        if coords:  # the evaluator reads it, so a model trained on another convention is not misread
-            Path(cfg.output_dir, CHECKPOINT_COORDS_FILE).write_text(coords + "\n", encoding="utf-8")
+        if coords:  # the evaluator reads it, so a model trained on another convention or budget is not misread
+            write_checkpoint_record(cfg.output_dir, coords, budget)
         Path(cfg.output_dir, "gbtrain_train_config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
         Path(cfg.output_dir, "train_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -19,12 +18,12 @@ from bench_child import emit, run_child
 
 def run_backend(args) -> dict:
     from gbtrain.annotations import load_level
-    from gbtrain.backends import HFBackend, SamplingOptions, VLLMBackend, message
+    from gbtrain.backends import HFBackend, SamplingOptions, VLLMBackend, VLLMMemory, message
     from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_budget
 
     budget = default_budget(args.model)
     if args.backend == "vllm":
-        backend = VLLMBackend(args.model, budget, max_model_len=4096, enforce_eager=True)
+        backend = VLLMBackend(args.model, budget, max_model_len=4096, memory=VLLMMemory(args.kv_cache_gib))
     else:
         backend = HFBackend(args.model, budget, batch_size=args.hf_batch)
     records = load_level(args.data, "L1").records[:args.records + 2]
@@ -47,18 +46,18 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=24)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--hf-batch", type=int, default=8)
+    ap.add_argument("--kv-cache-gib", type=float, default=None, help="vllm KV cache (default: gbtrain sizes it)")
     ap.add_argument("--backend", choices=("vllm", "hf"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.backend:
         emit(run_backend(args))
         return
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     results = {}
     for backend in ("vllm", "hf"):
         cmd = [sys.executable, __file__, "--model", args.model, "--data", args.data, "--records", str(args.records),
-               "--max-tokens", str(args.max_tokens), "--hf-batch", str(args.hf_batch), "--backend", backend]
-        results[backend] = run_child(cmd, backend, env)
+               "--max-tokens", str(args.max_tokens), "--hf-batch", str(args.hf_batch), "--backend", backend,
+               *(["--kv-cache-gib", str(args.kv_cache_gib)] if args.kv_cache_gib else [])]
+        results[backend] = run_child(cmd, backend)
         print(json.dumps({"bench": "eval", **results[backend]}), flush=True)
     ratio = results["vllm"]["records_per_s"] / max(results["hf"]["records_per_s"], 1e-9)
     print(json.dumps({"bench": "eval_ratio", "vllm_over_hf": round(ratio, 2), "target": 3.0}))

@@ -41,9 +41,9 @@ def run_mode(args) -> dict:
 
     from gbtrain.collator import GradingCollator, RopeIndex, plan_packs
     from gbtrain.config import TrainConfig, load_config
-    from gbtrain.modeling import parameter_groups, setup_model
+    from gbtrain.modeling import load_processor, parameter_groups, setup_model
     from gbtrain.sft_dataset import LengthCounter
-    from gbtrain.training import filter_by_length, load_processor, resolve_budget
+    from gbtrain.training import filter_by_length, resolve_budget
 
     cfg = load_config(TrainConfig, args.config, args.overrides)
     torch.manual_seed(cfg.seed)

@@ -36,8 +36,9 @@ fi
 PY=$VENV/bin/python
 DEVICE=(--cpu)
 if $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then DEVICE=(); fi
+# Optional, for speed and quiet (README "Memory and environment"); gbtrain sizes vLLM's memory itself.
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
-export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} VLLM_CACHE_ROOT="$OUT/.vllm-cache"
+export VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 
 log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers)"
 $PY scripts/make_tiny_model.py --out "$OUT/base-model" --min-pixels $MIN_PX --max-pixels $MAX_PX \

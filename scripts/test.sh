@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh .venv
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 TQDM_MININTERVAL=5
+export TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 TQDM_MININTERVAL=5
 .venv/bin/ruff check gbtrain data_builders eval recipes scripts tests
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
 # (tests/test_sft_dataset.py repeats these two numbers.)
@@ -23,10 +18,11 @@ def budget():
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, budget):
+def tiny_model_dir(tmp_path_factory):
+    """Hub-shaped: its processor carries the hub's budget (3136-12845056), never the tests' one."""
     from gbtrain.tiny_model import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", budget)
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,9 @@ from gbtrain.collator import IGNORE_INDEX, ConversationEncoder, GradingCollator,
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir, budget):
-    from transformers import AutoProcessor
+    from gbtrain.modeling import load_processor
 
-    return AutoProcessor.from_pretrained(tiny_model_dir, size=budget.processor_size())
+    return load_processor(tiny_model_dir, budget)
 
 
 @pytest.fixture(scope="module")

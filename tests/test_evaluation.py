@@ -12,22 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
 
-from gbtrain.evaluation import ALL_SETTINGS, default_coords, merge_turns, parse_settings
+from gbtrain.evaluation import ALL_SETTINGS, default_budget, default_coords, merge_turns, parse_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1"}
-
-
-def vllm_env(tmp_path):
-    return dict(os.environ, **VLLM_ENV, VLLM_CACHE_ROOT=str(tmp_path / "vc"), TMPDIR=str(tmp_path),
-                VLLM_RPC_BASE_PATH=str(tmp_path))
+TEST_PIXELS = ("--min-pixels", TEST_MIN_PIXELS, "--max-pixels", TEST_MAX_PIXELS)
 
 
 def run_eval(model, data, out, *extra, env=None, timeout=900):
+    """The README's command as a user runs it (no vLLM variables); a small KV cache keeps CI light."""
     cmd = [sys.executable, str(ROOT / "eval" / "run_eval.py"), "--model", str(model), "--data", str(data), "--out",
-           str(out), "--limit", "2", "--max-tokens", "48", "--max-model-len", "4096", *map(str, extra)]
+           str(out), "--limit", "2", "--max-tokens", "48", "--max-model-len", "4096", "--kv-cache-gib", "1",
+           *map(str, extra)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return json.loads((Path(out) / "report.json").read_text())
@@ -53,9 +50,9 @@ def test_merge_turns():
 
 @pytest.mark.slow
 def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_dir, tmp_path):
-    env = vllm_env(tmp_path)
     out = tmp_path / "ev"
-    report = run_eval(tiny_model_dir, synth_dir, out, "--three-turn", "--diagnostics", "--batch-size", "1", env=env)
+    args = ("--three-turn", "--diagnostics", "--batch-size", "1", *TEST_PIXELS)
+    report = run_eval(tiny_model_dir, synth_dir, out, *args)
     assert set(report["settings"]) == set(ALL_SETTINGS) | {f"{s}-3t" for s in ALL_SETTINGS}
     assert report["meta"]["coords"] == "qwen25" and report["meta"]["backend"] == "vllm"
     assert {"L1", "L2", "L3", "Overall"} <= set(report["table2"]) and report["table2"]["n_accuracies"] == 6
@@ -72,14 +69,15 @@ def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_d
     torn.write_bytes(torn.read_bytes()[:-20])
     for name in ("L3-ab.jsonl",):
         (out / "predictions" / name).unlink()
-    run_eval(tiny_model_dir, synth_dir, out, "--three-turn", "--diagnostics", "--batch-size", "1", env=env)
+    run_eval(tiny_model_dir, synth_dir, out, *args)
     assert (out / "report.json").read_bytes() == first
     assert len(pred.read_text().splitlines()) == 2  # no duplicated record
 
 
 @pytest.mark.slow
 def test_hf_backend_and_compare(synth_dir, tiny_model_dir, tmp_path):
-    a = run_eval(tiny_model_dir, synth_dir, tmp_path / "a", "--backend", "hf", "--settings", "L1-af,L3-ab")
+    a = run_eval(tiny_model_dir, synth_dir, tmp_path / "a", "--backend", "hf", "--settings", "L1-af,L3-ab",
+                 *TEST_PIXELS)
     assert set(a["settings"]) == {"L1-af", "L3-ab"} and a["meta"]["backend"] == "hf"
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     proc = subprocess.run([sys.executable, str(ROOT / "eval" / "compare.py"), str(tmp_path / "a" / "report.json"),
@@ -100,12 +98,11 @@ def _free_port() -> int:
 def test_openai_backend_against_a_local_vllm_server(synth_dir, tiny_model_dir, tmp_path):
     """A real OpenAI-compatible server (vLLM) on 127.0.0.1, started here and stopped by its PID."""
     port = _free_port()
-    env = vllm_env(tmp_path)
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
     server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
                                str(tiny_model_dir), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port",
-                               str(port), "--max-model-len", "4096", "--enforce-eager"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                               str(port), "--max-model-len", "4096", "--enforce-eager",
+                               "--kv-cache-memory-bytes", str(2**30)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         import urllib.request
 
@@ -125,7 +122,7 @@ def test_openai_backend_against_a_local_vllm_server(synth_dir, tiny_model_dir, t
         out = tmp_path / "oa"
         report = run_eval("tiny", synth_dir, out, "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
                           "--api-key-env", "GB_TEST_KEY", "--coords", "qwen25", "--settings", "L1-af,L2-ab",
-                          "--concurrency", "2", env=env_client)
+                          "--concurrency", "2", *TEST_PIXELS, env=env_client)
         assert report["meta"]["backend"] == "openai"
         assert all(report["settings"][s]["coverage"]["missing"] == 0 for s in ("L1-af", "L2-ab"))
         for path in out.rglob("*"):
@@ -156,21 +153,31 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(sft_dir, synth_dir, tiny_m
            "eval_steps=1000", "save_steps=1000"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = run_eval(out, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab", env=vllm_env(tmp_path))
-    assert (out / "gbtrain_coords.txt").read_text().strip() == "qwen25"  # the dataset's convention, recorded
+    report = run_eval(out, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab")
+    recorded = json.loads((out / "gbtrain_checkpoint.json").read_text())  # the dataset's convention and budget
+    assert recorded == {"coords": "qwen25", "min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 256}
     assert report["meta"]["coords"] == "qwen25"
-    assert report["meta"]["max_pixels"] == 28 * 28 * 256  # the training pixel budget, from its processor
+    assert report["meta"]["max_pixels"] == 28 * 28 * 256  # not the hub processor's 12845056
     assert set(report["settings"]) == {"L1-af", "L2-ab"}
 
 
-def test_default_coords_prefers_the_convention_recorded_by_the_recipe(tmp_path):
+def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
+    from gbtrain.coords import PixelBudget, write_checkpoint_record
+    from gbtrain.tiny_model import HUB_PREPROCESSOR
+
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(HUB_PREPROCESSOR))
     assert default_coords(str(tmp_path)) == "qwen25"
-    (tmp_path / "gbtrain_coords.txt").write_text("rel1000\n")
+    assert default_budget(str(tmp_path)) == PixelBudget()  # GradingBench's, not the hub processor's
+    write_checkpoint_record(tmp_path, "rel1000", PixelBudget(3136, 50176))
     assert default_coords(str(tmp_path)) == "rel1000"
-    (tmp_path / "gbtrain_coords.txt").write_text("pixels\n")
-    with pytest.raises(ValueError, match=r"gbtrain_coords\.txt: unknown coordinate convention 'pixels'"):
+    assert default_budget(str(tmp_path)) == PixelBudget(3136, 50176)
+    (tmp_path / "gbtrain_checkpoint.json").write_text('{"coords": "pixels", "min_pixels": 1, "max_pixels": 2}')
+    with pytest.raises(ValueError, match=r"gbtrain_checkpoint\.json: unknown coordinate convention 'pixels'"):
         default_coords(str(tmp_path))
+    (tmp_path / "gbtrain_checkpoint.json").write_text('{"coords": "qwen25"}')
+    with pytest.raises(ValueError, match=r"gbtrain_checkpoint\.json: not a gbtrain checkpoint record"):
+        default_budget(str(tmp_path))
 
 
 def test_the_l2_records_of_a_page_share_one_decoded_image(synth_dir, tmp_path):

@@ -1,7 +1,6 @@
 """eval/score.py end to end: a prediction file in, report.json out (rule judge, and a real vLLM judge)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +22,9 @@ def write_predictions(path, records, coords="qwen25", drop=0):
                                ensure_ascii=False) + "\n")
 
 
-def run_score(*args, env=None):
+def run_score(*args):
     return subprocess.run([sys.executable, str(ROOT / "eval" / "score.py"), *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=600)
+                          text=True, timeout=600)
 
 
 def test_cli_scores_and_reports(synth_dir, tmp_path):
@@ -58,13 +57,10 @@ def test_cli_with_a_real_vllm_judge(synth_dir, tiny_model_dir, tmp_path):
     records = load_level(synth_dir, "L3").records[:3]
     ids = {r.record_id for r in records}
     write_predictions(tmp_path / "p.jsonl", records)
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
-               VLLM_NO_USAGE_STATS="1", VLLM_CACHE_ROOT=str(tmp_path / "cache"), TMPDIR=str(tmp_path),
-               VLLM_RPC_BASE_PATH=str(tmp_path))
     out = tmp_path / "r.json"
     proc = run_score("--data", synth_dir, "--level", "L3", "--mode", "answer-free", "--predictions",
-                     tmp_path / "p.jsonl", "--coords", "qwen25", "--judge", f"vllm:{tiny_model_dir}", "--out", out,
-                     env=env)
+                     tmp_path / "p.jsonl", "--coords", "qwen25", "--judge", f"vllm:{tiny_model_dir}",
+                     "--kv-cache-gib", "1", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["settings"]["judge"] == f"vllm:{tiny_model_dir}"

@@ -67,12 +67,13 @@ def test_targets_parse_and_images_exist(built):
 def test_lengths_are_the_processor_token_counts(built, tiny_model_dir):
     """num_tokens equals what the real processor produces, and its image tokens match image_grid_thw."""
     from PIL import Image
-    from transformers import AutoProcessor
 
     from gbtrain.conversations import with_image_placeholder
+    from gbtrain.modeling import load_processor
+    from gbtrain.sft_dataset import dataset_pixel_budget
 
     out, _ = built
-    proc = AutoProcessor.from_pretrained(tiny_model_dir)
+    proc = load_processor(tiny_model_dir, dataset_pixel_budget(out))
     image_id = proc.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     rows = load_sft_dataset(out)["train"].shuffle(seed=0).select(range(12))
     for row in rows:
@@ -112,8 +113,11 @@ def test_bad_mix_is_refused(synth_dir, tmp_path):
 def test_trl_sft_trainer_accepts_the_dataset(built, tiny_model_dir, tmp_path):
     """The builder's output goes straight into TRL's SFTTrainer (vision path) and trains a step."""
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
     from trl import SFTConfig, SFTTrainer
+
+    from gbtrain.modeling import load_processor
+    from gbtrain.sft_dataset import dataset_pixel_budget
 
     out, _ = built
     train = load_sft_dataset(out)["train"].filter(lambda r: r["level"] == "L1").select(range(4))
@@ -122,6 +126,6 @@ def test_trl_sft_trainer_accepts_the_dataset(built, tiny_model_dir, tmp_path):
                      learning_rate=1e-3, report_to=[], max_length=None, gradient_checkpointing=False,
                      use_cpu=True, save_strategy="no", logging_steps=1, dataloader_num_workers=0)
     trainer = SFTTrainer(model=model, args=args, train_dataset=train,
-                         processing_class=AutoProcessor.from_pretrained(tiny_model_dir))
+                         processing_class=load_processor(tiny_model_dir, dataset_pixel_budget(out)))
     result = trainer.train()
     assert result.global_step == 2 and result.training_loss > 0

@@ -110,23 +110,18 @@ def test_lora_merge_loads_in_transformers_and_vllm(sft_dir, tiny_model_dir, tmp_
     assert any("language_model" in n for n in changed) and any("merger" in n for n in changed)
     assert not any(".visual.blocks." in n for n in changed)
     assert (merged / "chat_template.jinja").exists() and (merged / "generation_config.json").exists()
-    assert (merged / "gbtrain_coords.txt").read_text() == (adapter / "gbtrain_coords.txt").read_text()
+    assert (merged / "gbtrain_checkpoint.json").read_text() == (adapter / "gbtrain_checkpoint.json").read_text()
     script = (
-        "from PIL import Image\nfrom vllm import LLM, SamplingParams\n"
+        "from PIL import Image\nfrom gbtrain.backends import SamplingOptions, VLLMBackend, message\n"
         "if __name__ == '__main__':\n"
-        f"    llm = LLM(model={str(merged)!r}, enforce_eager=True, max_model_len=2048,\n"
-        "              limit_mm_per_prompt={'image': 1})\n"
-        "    msgs = [{'role': 'user', 'content': [{'type': 'image_pil', 'image_pil': Image.new('RGB', (200, 150))},"
-        " {'type': 'text', 'text': 'Grade.'}]}]\n"
-        "    out = llm.chat([msgs], SamplingParams(temperature=0, max_tokens=6))\n"
-        "    print('GENERATED', len(out[0].outputs[0].token_ids))\n")
+        f"    backend = VLLMBackend({str(merged)!r}, max_model_len=2048)\n"
+        "    conv = [message('Grade.', Image.new('RGB', (200, 150)))]\n"
+        "    replies = backend.chat([conv], SamplingOptions(max_tokens=6))\n"
+        "    print('GENERATED', len(replies))\n")
     (tmp_path / "v.py").write_text(script)
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1",
-               VLLM_NO_USAGE_STATS="1", VLLM_CACHE_ROOT=str(tmp_path / "vc"), TMPDIR=str(tmp_path),
-               VLLM_RPC_BASE_PATH=str(tmp_path))
-    proc = subprocess.run([sys.executable, str(tmp_path / "v.py")], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0 and "GENERATED 6" in proc.stdout, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, str(tmp_path / "v.py")], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and "GENERATED 1" in proc.stdout, proc.stderr[-3000:]
 
 
 @pytest.mark.slow
@@ -163,7 +158,8 @@ def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
 
 
 def test_overlong_samples_rejected_before_training(sft_dir, tiny_model_dir, budget):
-    from gbtrain.training import build_datasets, load_processor
+    from gbtrain.modeling import load_processor
+    from gbtrain.training import build_datasets
 
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="unused", max_length=600,
                       packing=True, pack_tokens=4096)

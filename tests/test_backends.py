@@ -1,0 +1,116 @@
+"""Backends on the hub-shaped miniature: the pixel budget is the one in force on every path (its processor
+says 3136-12845056), sampling never comes from its generation_config.json (which samples), and vLLM's
+memory is sized by gbtrain."""
+
+import base64
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from PIL import Image
+
+from gbtrain.backends import OpenAIBackend, SamplingOptions, VLLMMemory, message
+from gbtrain.coords import PixelBudget
+
+BUDGET = PixelBudget()  # GradingBench's 50176-1724800, what a user's 7B run uses
+# An A4 scan at 300 dpi (L3, and an L2 page), a question crop (L1) and a phone photo of a page.
+SIZES = [(2480, 3508), (620, 240), (1240, 1754)]
+PROMPTS = ["Grade this page.", "Transcribe the answer.", "Is it right?"]
+
+
+def gray(w, h, shade=180):
+    return Image.new("RGB", (w, h), (shade, shade, shade))
+
+
+def image_token_count(ids, tokenizer) -> int:
+    return int(sum(int(i) == tokenizer.convert_tokens_to_ids("<|image_pad|>") for i in ids))
+
+
+def test_the_builders_count_is_not_the_hub_processors():
+    """What this file guards against: the hub processor's own budget gives ~5x the tokens for an A4 page."""
+    hub = PixelBudget(3136, 12845056)
+    assert BUDGET.image_tokens(2480, 3508) == 2145 and hub.image_tokens(2480, 3508) == 11125
+
+
+def test_training_batches_see_the_builders_image_tokens(tiny_model_dir):
+    from gbtrain.collator import GradingCollator
+    from gbtrain.modeling import load_processor
+
+    processor = load_processor(str(tiny_model_dir), BUDGET)
+    collator = GradingCollator(processor, max_length=1 << 20)
+    for w, h in SIZES:
+        batch = collator([{"messages": [{"role": "user", "content": "Grade."}, {"role": "assistant", "content": "[]"}],
+                           "images": [gray(w, h)]}])
+        assert image_token_count(batch["input_ids"][0], processor.tokenizer) == BUDGET.image_tokens(w, h), (w, h)
+
+
+def test_a_processor_saved_after_loading_keeps_the_budget(tiny_model_dir, tmp_path):
+    from transformers import AutoProcessor
+
+    from gbtrain.modeling import load_processor
+
+    load_processor(str(tiny_model_dir), BUDGET).save_pretrained(tmp_path)
+    size = AutoProcessor.from_pretrained(tmp_path).image_processor.size
+    assert (size.shortest_edge, size.longest_edge) == (BUDGET.min_pixels, BUDGET.max_pixels)
+
+
+def test_openai_backend_sends_images_at_the_size_boxes_are_defined_for():
+    backend = OpenAIBackend("m", base_url="http://127.0.0.1:9/v1", budget=BUDGET)
+    for w, h in SIZES:
+        (content,) = backend.messages([message("Grade.", gray(w, h))])[0]["content"][:1]
+        data = base64.b64decode(content["image_url"]["url"].split(",", 1)[1])
+        assert Image.open(io.BytesIO(data)).size == BUDGET.resized(w, h)
+    assert not backend.openai_itself
+    assert OpenAIBackend("gpt-4o", base_url="https://api.openai.com/v1").openai_itself
+
+
+def test_vllm_memory_is_sized_by_gbtrain():
+    cpu = VLLMMemory().engine_kwargs(on_cpu=True)
+    assert 0.5 * 2**30 <= cpu["kv_cache_memory_bytes"] <= 4 * 2**30
+    assert VLLMMemory(kv_cache_gib=1.5).engine_kwargs(on_cpu=True)["kv_cache_memory_bytes"] == int(1.5 * 2**30)
+    gpu = VLLMMemory(gpu_memory_utilization=0.45).engine_kwargs(on_cpu=False)
+    assert gpu == {"gpu_memory_utilization": 0.45}
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        VLLMMemory(gpu_memory_utilization=1.5)
+
+
+@pytest.mark.slow
+def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path):
+    """Through gbtrain's backends: the image-token counts of vLLM and hf equal the builder's, and greedy replies
+    are the same tokens on both although the checkpoint's generation_config.json asks for sampling (tokens, not
+    text: the random miniature emits ids of the padded vocabulary, which each library decodes its own way)."""
+    from gbtrain.backends import HFBackend
+
+    assert json.loads((tiny_model_dir / "generation_config.json").read_text())["do_sample"] is True
+    script = textwrap.dedent(f"""
+        import json
+        from PIL import Image
+        from gbtrain.backends import SamplingOptions, VLLMBackend, VLLMMemory, message
+        from gbtrain.coords import PixelBudget
+        if __name__ == "__main__":
+            # float32 like the hf backend on CPU, so that greedy replies can be compared token for token
+            backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=4096,
+                                  memory=VLLMMemory(kv_cache_gib=1), dtype="float32")
+            image_id = backend.llm.get_tokenizer().convert_tokens_to_ids("<|image_pad|>")
+            convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({PROMPTS!r}, {SIZES!r})]
+            outputs = backend.generate(convs, SamplingOptions(max_tokens=12))
+            print("RESULT " + json.dumps({{"image_tokens": [o.prompt_token_ids.count(image_id) for o in outputs],
+                                           "tokens": [list(o.outputs[0].token_ids) for o in outputs]}}))
+    """)
+    (tmp_path / "run_vllm.py").write_text(script)
+    proc = subprocess.run([sys.executable, str(tmp_path / "run_vllm.py")], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    vllm = json.loads(lines[0][len("RESULT "):])
+    builder = [BUDGET.image_tokens(w, h) for w, h in SIZES]
+    assert vllm["image_tokens"] == builder
+
+    hf = HFBackend(str(tiny_model_dir), BUDGET, batch_size=3)
+    convs = [[message(p, gray(w, h))] for p, (w, h) in zip(PROMPTS, SIZES, strict=True)]
+    ids = hf.encode(convs)["input_ids"]
+    assert [image_token_count(row, hf.processor.tokenizer) for row in ids] == builder
+    assert hf.generate(convs, SamplingOptions(max_tokens=12)) == vllm["tokens"]
