@@ -55,6 +55,11 @@ def main() -> None:
     except (AnnotationError, FileNotFoundError, ValueError) as e:
         sys.exit(f"run_eval: {e}")
     print(markdown(report))
+    for name, rep in report["settings"].items():
+        if rep["judge_replies"]["unclear"]:
+            print(f"run_eval: warning: {name}: the judge gave {rep['judge_replies']['unclear']} of "
+                  f"{rep['judge_replies']['asked']} replies that are neither yes nor no (counted as not "
+                  f"equivalent; examples in report.json judge_replies)", file=sys.stderr)
 
 
 if __name__ == "__main__":

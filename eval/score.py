@@ -53,7 +53,10 @@ def main() -> None:
     judge = judge_from_spec(args.judge, VLLMMemory(args.kv_cache_gib, args.gpu_memory_utilization))
     report = score(loaded.records, preds, opts, judge)
     write_report(report, args.out)
-    cov = report["coverage"]
+    cov, replies = report["coverage"], report["judge_replies"]
+    if replies["unclear"]:
+        print(f"score: warning: the judge gave {replies['unclear']} of {replies['asked']} replies that are neither "
+              f"yes nor no (counted as not equivalent; examples in {args.out} judge_replies)", file=sys.stderr)
     print(f"{args.level} {args.mode}: accuracy {report['accuracy']:.4f} over {report['n_groups']} groups "
           f"(localized {report['localized']:.4f}, recognized {report['recognized']:.4f}, "
           f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f}; "

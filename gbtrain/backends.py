@@ -41,6 +41,8 @@ class Backend(Protocol):
 
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]: ...
 
+    def close(self) -> None: ...
+
 
 def message(text: str, image=None, role: str = "user") -> dict:
     """One message in the neutral form (the image, when given, comes before the text)."""
@@ -96,44 +98,161 @@ class VLLMMemory:
 class VLLMBackend:
     """vLLM offline engine. Pixel budget, context length, memory and parallelism come from the caller's config.
 
-    On CPU the engine runs eagerly (compiling the graph costs minutes there and buys little)."""
+    On CPU the engine runs eagerly (compiling the graph costs minutes there and buys little).
+    `data_parallel_size` N > 1 runs N independent engines, each in its own process on its own
+    `tensor_parallel_size` GPUs (on CPU: its own cores), the way vLLM supports data parallelism for offline
+    use of a dense model: a batch is cut into N contiguous parts and the replies come back in order."""
 
     name = "vllm"
 
     def __init__(self, model: str, budget: PixelBudget = PixelBudget(), max_model_len: int = 32768,
                  tensor_parallel_size: int = 1, data_parallel_size: int = 1, structured: bool = False,
-                 seed: int = 0, memory: VLLMMemory = VLLMMemory(), **engine_kwargs):
-        from vllm import LLM
+                 seed: int = 0, memory: VLLMMemory = VLLMMemory(), chat_template_kwargs: dict | None = None,
+                 **engine_kwargs):
         from vllm.platforms import current_platform
 
         self.model = model
+        self.chat_template_kwargs = chat_template_kwargs
         on_cpu = current_platform.is_cpu()
         kwargs = dict(model=model, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                       limit_mm_per_prompt={"image": 1}, mm_processor_kwargs=budget.mm_processor_kwargs(),
                       seed=seed, enforce_eager=on_cpu, **memory.engine_kwargs(on_cpu))
         kwargs.update(engine_kwargs)
-        if data_parallel_size > 1:
-            kwargs["data_parallel_size"] = data_parallel_size
         if structured:
             kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
-        self.llm = LLM(**kwargs)
+        if data_parallel_size > 1:
+            self.llm = None
+            self.ranks = _start_ranks(kwargs, data_parallel_size, tensor_parallel_size, on_cpu)
+        else:
+            from vllm import LLM
+
+            self.llm = LLM(**kwargs)
+            self.ranks = []
+
+    def tokenizer(self):
+        if self.llm is not None:
+            return self.llm.get_tokenizer()
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.model)
 
     def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list:
         """vLLM's RequestOutputs (prompt token ids included) for a batch, in order."""
-        from vllm import SamplingParams
-
-        kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=0.0,
-                      presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=sampling.repetition_penalty,
-                      max_tokens=sampling.max_tokens)
-        if sampling.json_schema is not None:
-            from vllm.sampling_params import StructuredOutputsParams
-
-            kwargs["structured_outputs"] = StructuredOutputsParams(json=sampling.json_schema)
-        messages = [_convert(c, lambda im: {"type": "image_pil", "image_pil": im}) for c in conversations]
-        return self.llm.chat(messages, SamplingParams(**kwargs), use_tqdm=False)
+        if self.ranks:
+            return _generate_on_ranks(self.ranks, conversations, sampling, self.chat_template_kwargs)
+        return _generate(self.llm, conversations, sampling, self.chat_template_kwargs)
 
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
         return [o.outputs[0].text for o in self.generate(conversations, sampling)]
+
+    def close(self) -> None:
+        """Stop the engine(s) and give the memory back (before a judge model starts in the same process)."""
+        import gc
+
+        import torch
+
+        for conn, proc in self.ranks:
+            conn.send(None)
+            proc.join(timeout=120)
+        self.ranks = []
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _generate(llm, conversations: list[list[dict]], sampling: SamplingOptions, chat_template_kwargs) -> list:
+    from vllm import SamplingParams
+
+    kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=0.0,
+                  presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=sampling.repetition_penalty,
+                  max_tokens=sampling.max_tokens)
+    if sampling.json_schema is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        kwargs["structured_outputs"] = StructuredOutputsParams(json=sampling.json_schema)
+    messages = [_convert(c, lambda im: {"type": "image_pil", "image_pil": im}) for c in conversations]
+    return llm.chat(messages, SamplingParams(**kwargs), use_tqdm=False, chat_template_kwargs=chat_template_kwargs)
+
+
+def _rank_devices(rank: int, size: int, tensor_parallel_size: int, on_cpu: bool) -> dict[str, str]:
+    """The environment that gives data-parallel rank `rank` its own GPUs (or, on CPU, its own cores)."""
+    if on_cpu:
+        cores = sorted(os.sched_getaffinity(0))
+        mine = cores[rank::size] or cores
+        return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine))}
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    if len(devices) < size * tensor_parallel_size:
+        raise ValueError(f"data_parallel_size {size} x tensor_parallel_size {tensor_parallel_size} needs "
+                         f"{size * tensor_parallel_size} GPUs; {len(devices)} are visible")
+    return {"CUDA_VISIBLE_DEVICES": ",".join(devices[rank * tensor_parallel_size:(rank + 1) * tensor_parallel_size])}
+
+
+def _serve_rank(conn, engine_kwargs: dict, env: dict[str, str]) -> None:
+    """One data-parallel rank (a spawned process): an engine that answers batches until it receives None."""
+    os.environ.update(env)
+    from vllm import LLM
+
+    try:
+        llm = LLM(**engine_kwargs)
+    except Exception as e:  # reported to the parent, which names the rank
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", None))
+    while (request := conn.recv()) is not None:
+        conversations, sampling, chat_template_kwargs = request
+        conn.send(("ok", _generate(llm, conversations, sampling, chat_template_kwargs)))
+    llm.llm_engine.engine_core.shutdown()
+
+
+def _start_ranks(engine_kwargs: dict, size: int, tensor_parallel_size: int, on_cpu: bool) -> list:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per engine (CUDA cannot be forked)
+    ranks = []
+    for rank in range(size):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve_rank, name=f"vllm-dp{rank}",
+                           args=(child, engine_kwargs, _rank_devices(rank, size, tensor_parallel_size, on_cpu)))
+        proc.start()
+        ranks.append((parent, proc))
+    for rank, (conn, _) in enumerate(ranks):
+        status, detail = _receive(conn, rank)
+        if status != "ready":
+            raise RuntimeError(f"vLLM data-parallel rank {rank} failed to start: {detail}")
+    return ranks
+
+
+def _receive(conn, rank: int):
+    try:
+        return conn.recv()
+    except EOFError:
+        raise RuntimeError(f"vLLM data-parallel rank {rank} exited (its log is above)") from None
+
+
+def _generate_on_ranks(ranks: list, conversations: list[list[dict]], sampling: SamplingOptions,
+                       chat_template_kwargs) -> list:
+    """Contiguous parts to the ranks at once, then the replies in the original order."""
+    n = len(ranks)
+    bounds = [len(conversations) * i // n for i in range(n + 1)]
+    busy = []
+    for rank, (conn, _) in enumerate(ranks):
+        part = conversations[bounds[rank]:bounds[rank + 1]]
+        if part:
+            conn.send((part, sampling, chat_template_kwargs))
+            busy.append((rank, conn))
+    outputs = []
+    for rank, conn in busy:
+        status, result = _receive(conn, rank)
+        if status != "ok":
+            raise RuntimeError(f"vLLM data-parallel rank {rank}: {result}")
+        outputs += result
+    return outputs
 
 
 class HFBackend:
@@ -141,7 +260,8 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, model: str, budget: PixelBudget = PixelBudget(), batch_size: int = 8, device: str | None = None):
+    def __init__(self, model: str, budget: PixelBudget = PixelBudget(), batch_size: int = 8, device: str | None = None,
+                 chat_template_kwargs: dict | None = None):
         import torch
         from transformers import AutoModelForImageTextToText
 
@@ -151,6 +271,7 @@ class HFBackend:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         self.processor = load_processor(model, budget)
+        self.chat_template_kwargs = chat_template_kwargs or {}
         self.processor.tokenizer.padding_side = "left"
         self.net = AutoModelForImageTextToText.from_pretrained(model, dtype=dtype).to(self.device).eval()
         self.batch_size = batch_size
@@ -158,7 +279,8 @@ class HFBackend:
     def encode(self, conversations: list[list[dict]]):
         """Model inputs of one batch: chat template, image tokens at the budget, left padding."""
         return self.processor.apply_chat_template(conversations, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=True, return_tensors="pt", padding=True)
+                                                  return_dict=True, return_tensors="pt", padding=True,
+                                                  **self.chat_template_kwargs)
 
     def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[list[int]]:
         """Generated token ids per conversation (up to and including the stop token)."""
@@ -185,6 +307,13 @@ class HFBackend:
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
         return self.processor.batch_decode(self.generate(conversations, sampling), skip_special_tokens=True)
 
+    def close(self) -> None:
+        import torch
+
+        del self.net
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
 
 class OpenAIBackend:
     """An OpenAI-compatible chat endpoint. The key comes from `api_key_env` (default OPENAI_API_KEY);
@@ -196,10 +325,11 @@ class OpenAIBackend:
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 8, timeout: float = 300.0, max_retries: int = 6,
-                 budget: PixelBudget = PixelBudget()):
+                 budget: PixelBudget = PixelBudget(), chat_template_kwargs: dict | None = None):
         from openai import OpenAI
 
         self.model = model
+        self.chat_template_kwargs = chat_template_kwargs
         self.budget = budget
         url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self.openai_itself = "api.openai.com" in url
@@ -218,6 +348,8 @@ class OpenAIBackend:
         # A self-hosted server (vLLM, SGLang) would otherwise take these from the checkpoint's
         # generation_config.json; OpenAI's own API refuses fields it does not know.
         extra = None if self.openai_itself else {"repetition_penalty": sampling.repetition_penalty, "top_k": -1}
+        if self.chat_template_kwargs and not self.openai_itself:
+            extra["chat_template_kwargs"] = self.chat_template_kwargs
         if sampling.json_schema is not None:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "grading", "schema": sampling.json_schema}}
@@ -228,32 +360,54 @@ class OpenAIBackend:
         with ThreadPoolExecutor(self.concurrency) as pool:
             return list(pool.map(lambda c: self._one(c, sampling), conversations))
 
+    def close(self) -> None:
+        self.client.close()
 
-def make_backend(spec: str, budget: PixelBudget = PixelBudget(), memory: VLLMMemory = VLLMMemory()) -> Backend:
-    """`vllm:MODEL`, `hf:MODEL` or `openai:MODEL[@BASE_URL]` (`memory` sizes a vllm engine)."""
+
+def make_backend(spec: str, budget: PixelBudget = PixelBudget(), memory: VLLMMemory = VLLMMemory(),
+                 chat_template_kwargs: dict | None = None, max_model_len: int = 32768) -> Backend:
+    """`vllm:MODEL`, `hf:MODEL` or `openai:MODEL[@BASE_URL]` (`memory` and `max_model_len` size a vllm engine)."""
     kind, _, target = spec.partition(":")
     if not target:
         raise ValueError(f"backend spec {spec!r} must look like vllm:MODEL, hf:MODEL or openai:MODEL[@URL]")
     if kind == "vllm":
-        return VLLMBackend(target, budget, memory=memory)
+        return VLLMBackend(target, budget, max_model_len=max_model_len, memory=memory,
+                           chat_template_kwargs=chat_template_kwargs)
     if kind == "hf":
-        return HFBackend(target, budget)
+        return HFBackend(target, budget, chat_template_kwargs=chat_template_kwargs)
     if kind == "openai":
         model, _, url = target.partition("@")
-        return OpenAIBackend(model, url or None, budget=budget)
+        return OpenAIBackend(model, url or None, budget=budget, chat_template_kwargs=chat_template_kwargs)
     raise ValueError(f"unknown backend {kind!r} in {spec!r}: choose vllm, hf or openai")
 
 
+# Qwen3-style chat templates think before answering unless told not to; a judge has a few tokens to say yes/no.
+JUDGE_TEMPLATE_KWARGS = {"enable_thinking": False}
+JUDGE_MAX_MODEL_LEN = 2048  # two short answers and the fixed question; a small KV cache suffices
+
+
+def judge_backend(spec: str, memory: VLLMMemory = VLLMMemory()) -> Backend:
+    """The backend an LLM judge asks: thinking off, a short context."""
+    return make_backend(spec, memory=memory, chat_template_kwargs=JUDGE_TEMPLATE_KWARGS,
+                        max_model_len=JUDGE_MAX_MODEL_LEN)
+
+
 def judge_from_spec(spec: str, memory: VLLMMemory = VLLMMemory()):
-    """`rule`, or an LLM judge on a backend spec (temperature 0, short replies)."""
+    """`rule`, or an LLM judge on a backend spec (temperature 0, short replies, thinking off). The judge's
+    engine starts at its first question, so an evaluator can release its own model first."""
     from gbtrain.judges import LLMJudge, RuleJudge
 
     if spec == "rule":
         return RuleJudge()
-    backend = make_backend(spec, memory=memory)
+    kind, _, target = spec.partition(":")
+    if kind not in ("vllm", "openai") or not target:
+        raise ValueError(f"judge {spec!r} must be rule, vllm:MODEL or openai:MODEL[@URL]")
     sampling = SamplingOptions(temperature=0.0, repetition_penalty=1.0, max_tokens=8)
+    backend: list[Backend] = []
 
     def generate(prompts: list[str]) -> list[str]:
-        return backend.chat([[message(p)] for p in prompts], sampling)
+        if not backend:
+            backend.append(judge_backend(spec, memory))
+        return backend[0].chat([[message(p)] for p in prompts], sampling)
 
     return LLMJudge(generate, name=spec)

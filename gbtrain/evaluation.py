@@ -372,7 +372,7 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
         backend = VLLMBackend(run.model, budget, max_model_len=run.max_model_len,
                               tensor_parallel_size=run.tensor_parallel_size,
                               data_parallel_size=run.data_parallel_size, structured=run.structured, memory=memory)
-        tokenizer = backend.llm.get_tokenizer()
+        tokenizer = backend.tokenizer()
     elif run.backend == "hf":
         backend = HFBackend(run.model, budget, batch_size=run.hf_batch_size)
         tokenizer = backend.processor.tokenizer
@@ -381,19 +381,19 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
                                 budget=budget)
     else:
         raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
-    judge = judge_from_spec(run.judge, memory)
+    judge = judge_from_spec(run.judge, memory)  # its engine, if any, starts only when first asked
     out = Path(run.out)
     ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
                                                    run.max_model_len if tokenizer else None, run.limit),
                    tokenizer=tokenizer, progress=progress)
-    reports_by_setting = {}
     for s in settings:
         ev.opts.sampling = SamplingOptions(max_tokens=run.max_tokens,
                                            json_schema=GRADING_SCHEMA if run.structured and not s.three_turn else None)
         ev.run(s, overwrite=run.overwrite)
-        reports_by_setting[s.name] = ev.score(s, judge)
     ev.opts.sampling = sampling
     diagnostics = run_diagnostics(ev) if run.diagnostics else None
+    backend.close()  # all generation is done: an LLM judge gets the memory the evaluated model held
+    reports_by_setting = {s.name: ev.score(s, judge) for s in settings}
     meta = {"model": run.model, "backend": run.backend, "coords": coords, "judge": run.judge,
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "max_tokens": run.max_tokens,
             "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(),

@@ -86,6 +86,11 @@ class RuleJudge:
     def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
         return [self.equivalent(a, r) for a, r in pairs]
 
+    def stats(self, pairs: list[tuple[str, str]]) -> dict:
+        verdicts = self.judge_many(sorted(set(pairs)))
+        return {"asked": len(verdicts), "yes": sum(verdicts), "no": len(verdicts) - sum(verdicts), "unclear": 0,
+                "unclear_examples": []}
+
 
 JUDGE_PROMPT = (
     "You check answers to exam questions. Are these two answers equivalent in meaning (the same value, "
@@ -94,10 +99,16 @@ JUDGE_PROMPT = (
 )
 
 
-def parse_yes_no(reply: str) -> bool:
-    """Strict: only a reply that is 'yes' (any case, surrounding whitespace/period allowed) counts."""
+def parse_yes_no(reply: str) -> bool | None:
+    """Strict: 'yes' -> True, 'no' -> False (any case, surrounding whitespace/period allowed, a closed
+    <think> block ignored); anything else (a cut <think>, a sentence) -> None, which fails the gate and is
+    counted as unclear in the report."""
     cleaned = re.sub(r"<think>.*?</think>", "", reply or "", flags=re.S).strip().strip(".。!").strip().lower()
-    return cleaned in {"yes", "是"}
+    if cleaned in {"yes", "是"}:
+        return True
+    if cleaned in {"no", "否", "不是"}:
+        return False
+    return None
 
 
 class LLMJudge:
@@ -106,7 +117,8 @@ class LLMJudge:
     def __init__(self, generate: Callable[[list[str]], list[str]], name: str):
         self.generate = generate
         self.name = name
-        self.cache: dict[tuple[str, str], bool] = {}
+        self.cache: dict[tuple[str, str], bool | None] = {}
+        self.replies: dict[tuple[str, str], str] = {}
 
     def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
         todo = sorted({p for p in pairs if p not in self.cache and p[0].strip()})
@@ -114,4 +126,14 @@ class LLMJudge:
             replies = self.generate([JUDGE_PROMPT.format(answer=a, reference=r) for a, r in todo])
             for pair, reply in zip(todo, replies, strict=True):
                 self.cache[pair] = parse_yes_no(reply)
-        return [bool(p[0].strip()) and self.cache[p] for p in pairs]
+                self.replies[pair] = reply
+        return [bool(p[0].strip()) and self.cache[p] is True for p in pairs]
+
+    def stats(self, pairs: list[tuple[str, str]]) -> dict:
+        """How the judge answered these pairs: yes / no / unclear, with a few unclear replies to look at."""
+        asked = sorted({p for p in pairs if p in self.cache})
+        unclear = [p for p in asked if self.cache[p] is None]
+        return {"asked": len(asked), "yes": sum(self.cache[p] is True for p in asked),
+                "no": sum(self.cache[p] is False for p in asked), "unclear": len(unclear),
+                "unclear_examples": [{"answer": a, "reference": r, "reply": self.replies[(a, r)]}
+                                     for a, r in unclear[:5]]}

@@ -28,7 +28,8 @@ def load_processor(model: str, budget: PixelBudget):
     from transformers.image_utils import SizeDict
 
     processor = AutoProcessor.from_pretrained(model)
-    processor.image_processor.size = SizeDict(**budget.processor_size())
+    if hasattr(processor, "image_processor"):  # a text-only model (an LLM judge) has a tokenizer only
+        processor.image_processor.size = SizeDict(**budget.processor_size())
     return processor
 
 
@@ -92,7 +93,10 @@ def load_model(cfg: TrainConfig):
                 bnb_4bit_use_double_quant=True, llm_int8_skip_modules=["visual", "lm_head"])
         model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype,
                                                             attn_implementation=cfg.attn_implementation, **kwargs)
+    # Packed rows need the block-diagonal mask, which transformers builds only without a KV cache; the
+    # language model of transformers 5 reads its own text_config, so both are switched off.
     model.config.use_cache = False
+    model.config.get_text_config().use_cache = False
     return model
 
 
@@ -125,13 +129,21 @@ def apply_lora(model, cfg: TrainConfig):
     return get_peft_model(model, lora)
 
 
-def setup_model(cfg: TrainConfig):
-    """Load, then freeze (full) or wrap with LoRA (lora/qlora); returns the model to hand to the trainer."""
+def setup_model(cfg: TrainConfig, fp32_trainable: bool = True):
+    """Load, then freeze (full) or wrap with LoRA (lora/qlora); returns the model to hand to the trainer.
+
+    With a bf16 base, every trainable parameter is kept in fp32 (`fp32_trainable`; the forward runs under
+    bf16 autocast): AdamW steps of ~1e-5 relative size round to nothing in bf16. DeepSpeed keeps fp32
+    master weights itself, so the recipe passes False under it."""
     model = load_model(cfg)
     if cfg.finetune == "full":
         apply_freezing(model, cfg)
     else:
         model = apply_lora(model, cfg)
+    if fp32_trainable:
+        for p in model.parameters():
+            if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
+                p.data = p.data.float()
     always_run_vision_tower(model)
     return model
 
@@ -158,7 +170,7 @@ def parameter_groups(model, cfg: TrainConfig) -> list[dict]:
 
 def llm_parameter_count(model) -> int:
     """Parameters of the language model (embeddings excluded): the N of the 6N / 4N FLOPs per token."""
-    return sum(p.numel() for n, p in model.named_parameters()
+    return sum(getattr(p, "ds_numel", p.numel()) for n, p in model.named_parameters()  # ZeRO-3: full size
                if part_of(n) == LLM and "embed_tokens" not in n and "lora_" not in n)
 
 

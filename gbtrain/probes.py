@@ -58,5 +58,5 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
         tokens += count
         blank += _summed_loss(model, collator(whites))[0]
     return {"model": str(model_dir), "split": split, "samples": n, "tokens": tokens,
-            "loss_real_images": round(real / tokens, 4), "loss_blank_images": round(blank / tokens, 4),
-            "gap": round((blank - real) / tokens, 4)}
+            "loss_real_images": round(real / tokens, 6), "loss_blank_images": round(blank / tokens, 6),
+            "gap": round((blank - real) / tokens, 6)}

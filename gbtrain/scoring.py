@@ -297,7 +297,8 @@ def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
             out.reasoned = True
             _judge_step(out, item)
 
-    verdicts = judge.judge_many([(item.answer, ref) for _, item, ref in pending_answers])
+    judged_pairs = [(item.answer, ref) for _, item, ref in pending_answers]
+    verdicts = judge.judge_many(judged_pairs)
     for (out, item, _), ok in zip(pending_answers, verdicts, strict=True):
         if ok:
             out.reasoned = True
@@ -321,6 +322,7 @@ def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
         "fn": sum(o.judged is False and o.label == RIGHT for o in counted),
         "fp": sum(o.judged is True and o.label != RIGHT for o in counted),
         "unverifiable": sum(o.unverifiable for o in counted),
+        "judge_replies": judge.stats(judged_pairs),
         "labels": dict(sorted(Counter(o.label for o in outcomes).items())),
         "excluded_other_labels": sum(o.excluded for o in outcomes),
         "map_20_50": map_value, "ap_by_iou": ap,

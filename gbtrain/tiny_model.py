@@ -174,3 +174,28 @@ def make_tiny_model(out: str | Path, seed: int = 0, shards: int = 2, **sizes) ->
     _write_json(out / "tokenizer_config.json", _tokenizer_config(tokenizer))
     _write_json(out / "chat_template.json", {"chat_template": stock_chat_template()})
     return out
+
+
+def make_tiny_qwen3(out: str | Path, seed: int = 0) -> Path:
+    """A tiny text-only Qwen3 with Qwen3's own chat template (thinking on unless `enable_thinking=False`):
+    the stand-in for an LLM judge such as Qwen/Qwen3-32B."""
+    import torch
+    from tokenizers import AddedToken
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    out = Path(out)
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer()
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<think>", "</think>")])
+    tokenizer.chat_template = (files("trl") / "chat_templates" / "qwen3.jinja").read_text(encoding="utf-8")
+    pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3Config(vocab_size=-(-len(tokenizer) // 64) * 64, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=64,
+                         max_position_embeddings=4096, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
+                         tie_word_embeddings=False)
+    model = Qwen3ForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad,
+                                               do_sample=True, temperature=0.6, top_p=0.95, top_k=20)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -175,9 +175,13 @@ def train(cfg: TrainConfig) -> dict:
     budget = resolve_budget(cfg)
     cfg.vision = VisionConfig(budget.min_pixels, budget.max_pixels)
     processor = load_processor(cfg.model, budget)
-    model = setup_model(cfg)
     datasets, sources, stats = build_datasets(cfg, processor, budget)
     train_ds, eval_ds = datasets["train"], datasets["eval"]
+    # The training arguments come first: under an accelerate DeepSpeed launch they put the ZeRO config in
+    # force, so that a `zero3_init_flag: true` model is partitioned while it loads instead of whole per rank.
+    args = sft_config(cfg, eval_ds is not None)
+    model = setup_model(cfg, fp32_trainable=args.deepspeed_plugin is None)
+    stats["zero3_partitioned_at_load"] = any(hasattr(p, "ds_id") for p in model.parameters())
     rope = RopeIndex(model.config if not hasattr(model, "peft_config") else model.base_model.model.config)
     collators = {split: GradingCollator(processor, cfg.max_length, packing=cfg.packing,
                                         rope_index=rope if cfg.packing else None, source=sources[split])
@@ -185,7 +189,7 @@ def train(cfg: TrainConfig) -> dict:
     n_llm = llm_parameter_count(model)
     meter = ThroughputMeter((6 if cfg.finetune == "full" else 4) * n_llm,
                             cfg.peak_tflops * 1e12 if torch.cuda.is_available() else 0.0)
-    trainer = GradingSFTTrainer(model=model, args=sft_config(cfg, eval_ds is not None), train_dataset=train_ds,
+    trainer = GradingSFTTrainer(model=model, args=args, train_dataset=train_ds,
                                 eval_dataset=eval_ds, data_collator=collators["train"], processing_class=processor,
                                 gb_config=cfg, meter=meter, eval_collator=collators["eval"])
     resume = last_checkpoint(cfg.output_dir) if cfg.resume else None

@@ -41,7 +41,7 @@ def run_mode(args) -> dict:
 
     from gbtrain.collator import GradingCollator, RopeIndex, plan_packs
     from gbtrain.config import TrainConfig, load_config
-    from gbtrain.modeling import load_processor, parameter_groups, setup_model
+    from gbtrain.modeling import load_processor, parameter_groups, setup_model, train_dtype
     from gbtrain.sft_dataset import LengthCounter
     from gbtrain.training import filter_by_length, resolve_budget
 
@@ -50,7 +50,8 @@ def run_mode(args) -> dict:
     budget = resolve_budget(cfg)
     processor = load_processor(cfg.model, budget)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = setup_model(cfg).to(device).train()
+    model = setup_model(cfg).to(device).train()  # trainable parameters in fp32 under a bf16 base
+    bf16 = train_dtype(cfg) == torch.bfloat16
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
@@ -87,7 +88,8 @@ def run_mode(args) -> dict:
             start = time.perf_counter()
             real = computed = 0
         batch = {k: v.to(device) for k, v in batch.items()}
-        loss = model(**batch, use_cache=False).loss
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):  # as the trainer's bf16=True does
+            loss = model(**batch, use_cache=False).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

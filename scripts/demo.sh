@@ -41,8 +41,7 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 VLLM_
 export VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 
 log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers)"
-$PY scripts/make_tiny_model.py --out "$OUT/base-model" --min-pixels $MIN_PX --max-pixels $MAX_PX \
-  --hidden "$HIDDEN" --layers "$LAYERS"
+$PY scripts/make_tiny_model.py --out "$OUT/base-model" --hidden "$HIDDEN" --layers "$LAYERS"
 
 log "synthetic exam pages: $PAGES for training, 24 held out (another seed)"
 $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed 0
@@ -53,7 +52,7 @@ $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" --config con
   target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX vision.max_pixels=$MAX_PX max_length=2048 \
   tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05
 
-EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --settings all --three-turn --limit "$EVAL_RECORDS" --max-tokens 384
+EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all --three-turn --limit "$EVAL_RECORDS" --max-tokens 384
            --max-model-len 4096 --batch-size 64 --overlays 3)
 log "evaluate the base model (six settings + three-turn, $EVAL_RECORDS held-out records per level)"
 $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}" > "$OUT/eval-base.log"

@@ -26,6 +26,14 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory):
+    """A tiny Qwen3 with Qwen3's chat template: the LLM-judge stand-in."""
+    from gbtrain.tiny_model import make_tiny_qwen3
+
+    return make_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "model")
+
+
+@pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory):
     """Twelve synthetic pages in the GradingBench layout."""
     from gbtrain.synth.generate import generate_dataset
@@ -47,3 +55,19 @@ def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
                       tokenizer=str(tiny_model_dir), mix=MixConfig(three_turn=0.25), workers=2)
     build_sft_dataset(cfg, progress=False)
     return out
+
+
+def run_script(tmp_path, source: str, timeout: int = 600):
+    """Run `source` (which must guard its work with `if __name__ == "__main__":`, as vLLM spawns processes)
+    in a child Python and return the JSON it prints after "RESULT "."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "child_script.py"
+    path.write_text(textwrap.dedent(source))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])

@@ -5,11 +5,9 @@ memory is sized by gbtrain."""
 import base64
 import io
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
+from conftest import run_script
 from PIL import Image
 
 from gbtrain.backends import OpenAIBackend, SamplingOptions, VLLMMemory, message
@@ -85,7 +83,7 @@ def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path
     from gbtrain.backends import HFBackend
 
     assert json.loads((tiny_model_dir / "generation_config.json").read_text())["do_sample"] is True
-    script = textwrap.dedent(f"""
+    vllm = run_script(tmp_path, f"""
         import json
         from PIL import Image
         from gbtrain.backends import SamplingOptions, VLLMBackend, VLLMMemory, message
@@ -94,18 +92,12 @@ def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path
             # float32 like the hf backend on CPU, so that greedy replies can be compared token for token
             backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=4096,
                                   memory=VLLMMemory(kv_cache_gib=1), dtype="float32")
-            image_id = backend.llm.get_tokenizer().convert_tokens_to_ids("<|image_pad|>")
+            image_id = backend.tokenizer().convert_tokens_to_ids("<|image_pad|>")
             convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({PROMPTS!r}, {SIZES!r})]
             outputs = backend.generate(convs, SamplingOptions(max_tokens=12))
             print("RESULT " + json.dumps({{"image_tokens": [o.prompt_token_ids.count(image_id) for o in outputs],
                                            "tokens": [list(o.outputs[0].token_ids) for o in outputs]}}))
     """)
-    (tmp_path / "run_vllm.py").write_text(script)
-    proc = subprocess.run([sys.executable, str(tmp_path / "run_vllm.py")], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    vllm = json.loads(lines[0][len("RESULT "):])
     builder = [BUDGET.image_tokens(w, h) for w, h in SIZES]
     assert vllm["image_tokens"] == builder
 
@@ -114,3 +106,30 @@ def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path
     ids = hf.encode(convs)["input_ids"]
     assert [image_token_count(row, hf.processor.tokenizer) for row in ids] == builder
     assert hf.generate(convs, SamplingOptions(max_tokens=12)) == vllm["tokens"]
+
+
+@pytest.mark.slow
+def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
+    """--data-parallel-size 2: two engines in their own processes and cores; the batch comes back in order and
+    decodes exactly what one engine (and hf) decodes."""
+    from gbtrain.backends import HFBackend
+
+    prompts = [f"Grade question {i}." for i in range(5)]
+    sizes = [(300 + 40 * i, 200 + 30 * i) for i in range(5)]
+    tokens = run_script(tmp_path, f"""
+        import json
+        from PIL import Image
+        from gbtrain.backends import SamplingOptions, VLLMBackend, VLLMMemory, message
+        from gbtrain.coords import PixelBudget
+        if __name__ == "__main__":
+            backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=2048, data_parallel_size=2,
+                                  memory=VLLMMemory(kv_cache_gib=0.5), dtype="float32")
+            convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({prompts!r}, {sizes!r})]
+            outputs = backend.generate(convs, SamplingOptions(max_tokens=8))
+            backend.close()
+            print("RESULT " + json.dumps([list(o.outputs[0].token_ids) for o in outputs]))
+    """)
+    hf = HFBackend(str(tiny_model_dir), BUDGET, batch_size=5)
+    expected = hf.generate([[message(p, gray(w, h))] for p, (w, h) in zip(prompts, sizes, strict=True)],
+                           SamplingOptions(max_tokens=8))
+    assert tokens == expected

@@ -39,8 +39,9 @@ def test_normalize_text():
 
 
 @pytest.mark.parametrize(("reply", "yes"), [("yes", True), ("Yes.", True), (" YES ", True), ("是", True),
-                                            ("no", False), ("yes, they are", False), ("", False),
-                                            ("<think>hmm</think>yes", True), ("maybe", False)])
+                                            ("no", False), ("No.", False), ("yes, they are", None), ("", None),
+                                            ("<think>hmm</think>yes", True), ("maybe", None),
+                                            ("<think>Let me compare the two", None)])
 def test_strict_yes_no(reply, yes):
     assert parse_yes_no(reply) is yes
 
@@ -59,3 +60,13 @@ def test_llm_judge_caches_and_batches():
     assert calls == [2]  # one batch, duplicates and empty answers not sent
     assert judge.judge_many([("5", "4")]) == [False]
     assert calls == [2]  # cached
+
+
+def test_unclear_judge_replies_fail_the_gate_and_are_counted():
+    """A thinking model cut at a few tokens replies '<think>...': not a silent 'no' but an unclear reply."""
+    judge = LLMJudge(lambda prompts: ["<think>Okay, the student wrote", "no"][:len(prompts)], "thinker")
+    pairs = [("4", "4"), ("5", "4")]
+    assert judge.judge_many(pairs) == [False, False]
+    stats = judge.stats(pairs)
+    assert (stats["asked"], stats["yes"], stats["no"], stats["unclear"]) == (2, 0, 1, 1)
+    assert stats["unclear_examples"][0]["reply"].startswith("<think>")

@@ -94,6 +94,28 @@ def test_vision_tower_runs_on_text_only_batches(tiny_model_dir):
     assert vision_grads and all(g is not None and not g.any() for g in vision_grads)
 
 
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_trainable_parameters_stay_fp32_on_a_bf16_base(tiny_model_dir, finetune):
+    """bf16 weights with fp32 master copies: a 1e-5 AdamW step moves every trainable tensor (in pure bf16,
+    most such updates round away), and the forward runs under bf16 autocast. (bf16 on CPU: this test only.)"""
+    c = cfg(tiny_model_dir, finetune=finetune, precision="bf16", lora=LoraSettings(r=4, alpha=8),
+            freeze=FreezeSettings(vision_tower=True, merger=False, llm=False))
+    model = setup_model(c).train()
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(p.dtype == torch.float32 for p in trainable.values())
+    assert any(p.dtype == torch.bfloat16 for p in model.parameters() if not p.requires_grad)
+    before = {n: p.detach().clone() for n, p in trainable.items()}
+    optimizer = torch.optim.AdamW(trainable.values(), lr=1e-5)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    moved = [n for n, p in trainable.items() if p.grad is not None and p.grad.any() and not torch.equal(p, before[n])]
+    with_grad = [n for n, p in trainable.items() if p.grad is not None and p.grad.any()]
+    assert with_grad and moved == with_grad
+
+
 def test_random_init_uses_the_architecture_only(tiny_model_dir):
     from transformers import AutoModelForImageTextToText
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_script
 
 from gbtrain.annotations import load_level
 from gbtrain.conversations import answer_items
@@ -51,18 +52,37 @@ def test_cli_refuses_duplicates_with_exit_2(synth_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_with_a_real_vllm_judge(synth_dir, tiny_model_dir, tmp_path):
-    """An untrained model as judge answers neither a strict yes nor no: every answer gate it decides fails,
-    so only groups without a reference (unverifiable) can pass."""
+def test_cli_with_a_real_vllm_judge(synth_dir, tiny_qwen3_dir, tmp_path):
+    """A Qwen3 judge (Qwen3's chat template, thinking off) that is untrained answers neither a strict yes nor
+    no: every answer gate it decides fails, so only groups without a reference (unverifiable) can pass, and
+    each of its replies is reported as unclear rather than silently taken as "no"."""
     records = load_level(synth_dir, "L3").records[:3]
     ids = {r.record_id for r in records}
     write_predictions(tmp_path / "p.jsonl", records)
     out = tmp_path / "r.json"
     proc = run_score("--data", synth_dir, "--level", "L3", "--mode", "answer-free", "--predictions",
-                     tmp_path / "p.jsonl", "--coords", "qwen25", "--judge", f"vllm:{tiny_model_dir}",
+                     tmp_path / "p.jsonl", "--coords", "qwen25", "--judge", f"vllm:{tiny_qwen3_dir}",
                      "--kv-cache-gib", "1", "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["settings"]["judge"] == f"vllm:{tiny_model_dir}"
+    assert report["settings"]["judge"] == f"vllm:{tiny_qwen3_dir}"
     scored = [g for g in report["groups"] if g["record_id"] in ids]
     assert scored and all(g["reasoned"] == g["unverifiable"] for g in scored)
+    replies = report["judge_replies"]
+    assert replies["asked"] > 0 and replies["unclear"] == replies["asked"] - replies["yes"] - replies["no"]
+    if replies["unclear"]:
+        assert "neither yes nor no" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_vllm_judge_turns_thinking_off(tiny_qwen3_dir, tmp_path):
+    """The judge's prompt, as vLLM renders it with Qwen3's template, ends in an empty think block."""
+    prompt = run_script(tmp_path, f"""
+        import json
+        from gbtrain.backends import SamplingOptions, VLLMMemory, judge_backend, message
+        if __name__ == "__main__":
+            backend = judge_backend("vllm:{tiny_qwen3_dir}", VLLMMemory(1))
+            out = backend.generate([[message("Are 4 and 4.0 equivalent?")]], SamplingOptions(max_tokens=4))
+            print("RESULT", json.dumps(out[0].prompt))
+    """)
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")

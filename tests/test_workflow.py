@@ -34,7 +34,7 @@ def test_readme_commands_in_a_clean_environment(tmp_path):
     (tmp_path / "home").mkdir()
     pages, model, sft = tmp_path / "pages", tmp_path / "base-model", tmp_path / "sft"
     run(["python", "data_builders/synth_pages.py", "--out", pages, "--pages", 8, "--seed", 0], env)
-    run(["python", "scripts/make_tiny_model.py", "--out", model, "--min-pixels", 3136, "--max-pixels", 50176], env)
+    run(["python", "scripts/make_tiny_model.py", "--out", model], env)
     run(["python", "data_builders/build_sft.py", "--data", pages, "--out", sft, "--config",
          "configs/data/default.yaml", f"tokenizer={model}", "target_count=60", "vision.min_pixels=3136",
          "vision.max_pixels=50176", "max_length=2048", "coords=rel1000"], env)
@@ -47,13 +47,17 @@ def test_readme_commands_in_a_clean_environment(tmp_path):
 
     ballast = b"\x01" * (HELD_GIB * 2**30)  # resident memory held by "other programs" while vLLM starts
     reports = {}
-    for name, checkpoint in (("base", model), ("sft", trained)):
+    # the base model is told the budget and convention; the fine-tuned one reads them from its checkpoint
+    for name, checkpoint, extra in (("base", model, ["--coords", "rel1000", "--min-pixels", 3136, "--max-pixels",
+                                                     50176]), ("sft", trained, [])):
         out = tmp_path / f"eval-{name}"
         run(["python", "eval/run_eval.py", "--model", checkpoint, "--data", pages, "--out", out, "--settings",
-             "L1-af,L3-ab", "--limit", 2, "--max-tokens", 32, "--max-model-len", 4096], env)
+             "L1-af,L3-ab", "--limit", 2, "--max-tokens", 32, "--max-model-len", 4096, *extra], env)
         reports[name] = json.loads((out / "report.json").read_text())
     del ballast
-    assert reports["sft"]["meta"]["coords"] == "rel1000"  # recorded by the recipe, read by the evaluator
+    # recorded by the recipe, read by the evaluator
+    assert {k: reports["sft"]["meta"][k] for k in ("coords", "min_pixels", "max_pixels")} == {
+        "coords": "rel1000", "min_pixels": 3136, "max_pixels": 50176}
     assert all(set(r["settings"]) == {"L1-af", "L3-ab"} for r in reports.values())
 
     scored = tmp_path / "L3-ab.json"
