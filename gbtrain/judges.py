@@ -23,9 +23,15 @@ def normalize_text(s: str) -> str:
     return re.sub(r"\s+", "", unicodedata.normalize("NFKC", s or "")).lower()
 
 
+_MAX_NUMBER_CHARS = 64  # longer "numbers" (or exponents over 3 digits) are not exam answers: exact
+# arithmetic on 1e999999999 would run for hours
+
+
 def _number(s: str) -> Fraction | None:
     """An integer, decimal, fraction (a/b), percentage or thousands-separated number; else None."""
     s = s.strip().rstrip(_TRAILING_PUNCT)
+    if len(s) > _MAX_NUMBER_CHARS or re.search(r"[eE][+-]?\d{4}", s):
+        return None
     pct = s.endswith("%")
     if pct:
         s = s[:-1]

@@ -5,6 +5,10 @@ object instead of a list, {"results": [...]} wrappers, trailing commas, Python l
 quotes, boxes as strings or nested lists, numbers as strings, and output cut off mid-item (the
 complete items before the cut are recovered). The scanner tracks strings, so braces and brackets
 inside text do not confuse it.
+
+Hostile output cannot stall or crash the scorer: brackets are matched in one linear pass, a response
+over MAX_RESPONSE_CHARS or nested deeper than MAX_DEPTH is unparsable with its own reason, and
+numbers too large for a float are invalid values, not errors.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ NO_JSON = "no_json"  # no list or object found
 NOT_ITEMS = "not_items"  # JSON found, but no object items in it
 TRUNCATED = "truncated"  # cut off; the complete items before the cut were kept (may be none)
 MALFORMED = "malformed_items"  # some elements of the list could not be read; the others were kept
+TOO_LARGE = "too_large"  # longer than MAX_RESPONSE_CHARS: not read (8,192 tokens are ~40k characters)
+TOO_DEEP = "too_deep"  # brackets nested deeper than MAX_DEPTH: not read (a grading answer nests 3-4 deep)
 
-_REASONING = re.compile(r"<(think|thinking|reasoning|reflection)>.*?</\1>", re.S | re.I)
-_OPEN_REASONING = re.compile(r"<(think|thinking|reasoning|reflection)>", re.I)
-_CLOSE_REASONING = re.compile(r"</(think|thinking|reasoning|reflection)>", re.I)
+MAX_RESPONSE_CHARS = 1_000_000
+MAX_DEPTH = 32
+
+_REASONING_TAG = re.compile(r"<(/?)(think|thinking|reasoning|reflection)>", re.I)
+_WORD = re.compile(r"[A-Za-z_]+")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)(```|$)", re.S)
 _WRAPPER_KEYS = ("results", "result", "items", "answers", "predictions", "grading", "output", "data", "questions")
 _BOX_KEYS = ("bbox_2d", "bbox", "box", "bboxes")
@@ -44,46 +52,73 @@ class ParseResult:
 
 
 def strip_reasoning(text: str) -> str:
-    """Drop <think>...</think>-style blocks; with only a closing tag, keep what follows it; with an
-    opening tag never closed, the output is all reasoning."""
-    text = _REASONING.sub("", text)
-    closes = list(_CLOSE_REASONING.finditer(text))
-    if closes:
-        text = text[closes[-1].end():]
-    opened = _OPEN_REASONING.search(text)
-    if opened:
-        text = text[:opened.start()]
+    """Drop <think>...</think>-style blocks (an opening tag with the next closing tag of its name); then,
+    with a closing tag left, keep what follows the last one; with an opening tag left (never closed), the
+    output from it on is reasoning. One pass over the tags."""
+    tags = [(m.start(), m.end(), bool(m.group(1)), m.group(2).lower()) for m in _REASONING_TAG.finditer(text)]
+    kept, pos, i = [], 0, 0
+    next_close: dict[str, int] = {}  # per name, the index in `tags` from which to look for its closing tag
+    while i < len(tags):
+        start, _, closing, name = tags[i]
+        if not closing:
+            j = max(next_close.get(name, 0), i + 1)
+            while j < len(tags) and not (tags[j][2] and tags[j][3] == name):
+                j += 1
+            next_close[name] = j
+            if j < len(tags):  # a block: drop it and go on after its closing tag
+                kept.append(text[pos:start])
+                pos, i = tags[j][1], j + 1
+                continue
+        i += 1
+    text = "".join(kept) + text[pos:]
+    last_close, first_open = None, None
+    for m in _REASONING_TAG.finditer(text):
+        if m.group(1):
+            last_close, first_open = m, None
+        elif first_open is None:
+            first_open = m
+    if last_close is not None:
+        text = text[last_close.end():]
+    if first_open is not None:
+        text = text[:first_open.start() - (last_close.end() if last_close is not None else 0)]
     return text
 
 
-def _scan_value(text: str, start: int) -> tuple[int, bool]:
-    """From an opening bracket at `start`, the index just past its matching close, honouring strings.
-    Returns (end, closed); when the text ends first, (len(text), False)."""
-    stack: list[str] = []
-    quote: str | None = None
-    i = start
-    pairs = {"[": "]", "{": "}"}
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            # a single quote inside a word (don't) is text, not a Python string opener
-            in_word = ch == "'" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
-            if not in_word:
-                quote = ch
-        elif ch in pairs:
-            stack.append(pairs[ch])
-        elif ch in "]}" and stack and ch == stack[-1]:
-            stack.pop()
-            if not stack:
-                return i + 1, True
-        i += 1
-    return len(text), False
+class _Brackets:
+    """Every bracket pair of a text, matched in one pass that honours strings: `end(start)` is O(1).
+    A single quote inside a word (don't) is text, not a Python string opener."""
+
+    def __init__(self, text: str):
+        self.close: dict[int, int] = {}
+        self.max_depth = 0
+        stack: list[tuple[str, int]] = []
+        quote: str | None = None
+        pairs = {"[": "]", "{": "}"}
+        i, n = 0, len(text)
+        while i < n:
+            ch = text[i]
+            if quote:
+                if ch == "\\":
+                    i += 2
+                    continue
+                if ch == quote:
+                    quote = None
+            elif ch in "\"'":
+                if not (ch == "'" and 0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()):
+                    quote = ch
+            elif ch in pairs:
+                stack.append((pairs[ch], i))
+                self.max_depth = max(self.max_depth, len(stack))
+            elif ch in "]}" and stack and ch == stack[-1][0]:
+                self.close[stack.pop()[1]] = i + 1
+            i += 1
+        self.length = n
+
+    def end(self, start: int) -> tuple[int, bool]:
+        """From an opening bracket at `start`, the index just past its matching close; when the text ends
+        first, (len(text), False)."""
+        end = self.close.get(start)
+        return (end, True) if end is not None else (self.length, False)
 
 
 def _python_literals(s: str) -> str:
@@ -107,7 +142,7 @@ def _python_literals(s: str) -> str:
             out.append(ch)
             i += 1
             continue
-        m = re.match(r"[A-Za-z_]+", s[i:])
+        m = _WORD.match(s, i)
         if m:
             word = m.group(0)
             out.append(words.get(word, word))
@@ -123,7 +158,7 @@ def loads_lenient(s: str):
     Raises ValueError when neither reads it."""
     try:
         return json.loads(s)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer over Python's digit limit
         pass
     try:
         return ast.literal_eval(_python_literals(s))
@@ -131,10 +166,10 @@ def loads_lenient(s: str):
         raise ValueError(f"not JSON or a Python literal: {e}") from e
 
 
-def _list_items(text: str, start: int) -> tuple[list, bool, int]:
+def _list_items(text: str, brackets: _Brackets, start: int) -> tuple[list, bool, int]:
     """(elements, closed, unreadable) of the list opening at `start`. A list cut short yields its
     complete elements; an element that cannot be read is skipped and counted."""
-    end, closed = _scan_value(text, start)
+    end, closed = brackets.end(start)
     if closed:
         try:
             value = loads_lenient(text[start:end])
@@ -146,7 +181,7 @@ def _list_items(text: str, start: int) -> tuple[list, bool, int]:
     while i < end:
         ch = text[i]
         if ch in "{[":
-            e, ok = _scan_value(text, i)
+            e, ok = brackets.end(i)
             if not ok:
                 return items, False, bad
             try:
@@ -182,13 +217,16 @@ def _unwrap(value) -> list | None:
 
 def _from_text(text: str) -> ParseResult | None:
     """Parse the first list or object in `text`; None when there is none."""
+    brackets = _Brackets(text)
+    if brackets.max_depth > MAX_DEPTH:
+        return ParseResult([], TOO_DEEP)
     for m in re.finditer(r"[\[{]", text):
         start = m.start()
         if text[start] == "[":
-            items, closed, bad = _list_items(text, start)
+            items, closed, bad = _list_items(text, brackets, start)
             if not items and closed:
                 # "[]" is a valid empty answer; "[1, 2]" style prose brackets are not items
-                end, _ = _scan_value(text, start)
+                end, _ = brackets.end(start)
                 if text[start:end].replace(" ", "") == "[]":
                     return ParseResult([], None)
                 continue
@@ -198,7 +236,7 @@ def _from_text(text: str) -> ParseResult | None:
             if not objs:
                 continue
             return ParseResult(objs, TRUNCATED if not closed else (MALFORMED if bad else None))
-        end, closed = _scan_value(text, start)
+        end, closed = brackets.end(start)
         if closed:
             try:
                 value = loads_lenient(text[start:end])
@@ -211,7 +249,7 @@ def _from_text(text: str) -> ParseResult | None:
         # An object cut off: maybe a wrapper whose list holds complete items.
         inner = text.find("[", start)
         if inner != -1:
-            items, _, _ = _list_items(text, inner)
+            items, _, _ = _list_items(text, brackets, inner)
             objs = [it for it in items if isinstance(it, dict)]
             return ParseResult(objs, TRUNCATED)
         return ParseResult([], TRUNCATED)
@@ -222,6 +260,8 @@ def parse_response(response: str | None) -> ParseResult:
     """The items of a model response (list of dicts, raw values) and why parsing was not clean."""
     if response is None or not response.strip():
         return ParseResult([], EMPTY)
+    if len(response) > MAX_RESPONSE_CHARS:
+        return ParseResult([], TOO_LARGE)
     text = strip_reasoning(response)
     if not text.strip():
         return ParseResult([], EMPTY)
@@ -240,14 +280,14 @@ def parse_response(response: str | None) -> ParseResult:
 def parse_number(v) -> float | None:
     if isinstance(v, bool):
         return None
-    if isinstance(v, int | float):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
+    try:  # an integer beyond a float's range (a 401-digit "coordinate") is no number
+        if isinstance(v, int | float):
+            return float(v) if math.isfinite(v) else None
+        if isinstance(v, str):
             f = float(v.strip())
-        except ValueError:
-            return None
-        return f if math.isfinite(f) else None
+            return f if math.isfinite(f) else None
+    except (ValueError, OverflowError):
+        return None
     return None
 
 

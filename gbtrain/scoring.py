@@ -61,14 +61,15 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
     last line wins and they are listed)."""
     responses: dict[str, str] = {}
     dups: list[str] = []
-    with open(path, encoding="utf-8") as f:
+    # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read.
+    with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PredictionsError(f"{path}:{n}: malformed JSON line: {e}") from e
+            except (ValueError, RecursionError) as e:  # also nesting or digits past Python's limits
+                raise PredictionsError(f"{path}:{n}: malformed JSON line: {str(e)[:200]}") from None
             if not isinstance(row, dict) or "id" not in row:
                 raise PredictionsError(f"{path}:{n}: a prediction line needs an \"id\"")
             rid = str(row["id"])

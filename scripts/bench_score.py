@@ -5,6 +5,9 @@
 Records and predictions are made in memory (no images needed): predictions copy the ground truth
 with perturbations (shifted boxes, misread texts, wrong answers and judgments, missing and
 unparsable records), so every gate of the metric is exercised. Target: <= 2 s in all, one core.
+Then hostile model output, as a predictions file read and scored like any other: a 10 MB line of
+brackets, a 10 MB line of text, 2,000-deep nesting, 8,000 unclosed brackets, 100,000 unclosed <think>
+tags, 1 MB of prose brackets, a 401-digit coordinate and a 1e999999999 answer. Target: <= 2 s.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import tempfile
 import time
+from pathlib import Path
 
 from gbtrain.conversations import answer_items
 from gbtrain.coords import PixelBudget
 from gbtrain.schema import Mark, Record
-from gbtrain.scoring import Predictions, ScoreOptions, score
+from gbtrain.scoring import Predictions, ScoreOptions, read_predictions, score
 
 
 def make_records(n_groups: int, level: str, rng: random.Random) -> list[Record]:
@@ -79,6 +84,27 @@ def main() -> None:
                               "seconds": round(took, 3), "accuracy": report["accuracy"],
                               "map_20_50": report["map_20_50"]}))
     print(json.dumps({"bench": "score_total", "settings": 6, "seconds": round(total, 3), "target_seconds": 2.0}))
+    hostile(rng)
+
+
+def hostile(rng: random.Random) -> None:
+    item = '{"bbox_2d": [%s, 1, 2, 3], "text": "1", "answer": "%s", "correctness": true}'
+    responses = ["[" * 10_000_000, "a" * 10_000_000, "[" * 2000 + "]" * 2000, "[" * 8000,
+                 "<think>" * 100_000 + "[]", "see [1] and [2] " * 62_000, "[" + item % ("9" * 401, "1") + "]",
+                 "[" + item % ("5", "1e999999999") + "]"]
+    records = make_records(len(responses) * 11, "L3", rng)[:len(responses)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "hostile.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            for r, response in zip(records, responses, strict=True):
+                f.write(json.dumps({"id": r.record_id, "response": response}) + "\n")
+        start = time.perf_counter()
+        report = score(records, read_predictions(path), ScoreOptions("L3", "answer-free", "qwen25"))
+        took = time.perf_counter() - start
+        size = path.stat().st_size
+    print(json.dumps({"bench": "score_hostile", "lines": len(responses), "megabytes": round(size / 2**20, 1),
+                      "seconds": round(took, 3), "parse_failures": report["parse_failures"],
+                      "target_seconds": 2.0}))
 
 
 if __name__ == "__main__":

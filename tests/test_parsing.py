@@ -182,3 +182,51 @@ def test_normalize_items_aliases():
     assert items[0].boxes == [[1, 2, 3, 4]] and items[0].text == "ab" and items[0].answer == "5"
     assert items[0].correctness is False
     assert items[1].boxes == [] and items[1].text == "" and items[1].correctness is None
+
+
+HOSTILE = [  # (response, reason): nothing here may hang, recurse without bound or raise
+    ("[" * 8000, "too_deep"),
+    ("[" * 2000 + "]" * 2000, "too_deep"),
+    ('{"a": ' * 500 + "1" + "}" * 500, "too_deep"),
+    ("[" * 2_000_000, "too_large"),
+    ("a" * 2_000_000, "too_large"),
+    ("<think>" * 50_000 + '[{"text": "1"}]', "empty"),
+    ("see [1] and [2] " * 20_000, "not_items"),
+    ('[{"bbox_2d": [' + "9" * 401 + ', 1, 2, 3], "text": "1", "correctness": true}]', None),
+    ('[{"bbox_2d": [' + "9" * 5000 + ', 1, 2, 3], "text": "1"}]', "not_items"),
+    ('[{"bbox_2d": [1, 2, 3, 4], "text": "1", "answer": "1e999999999", "correctness": true}]', None),
+    ('[{"bbox_2d": "' + "[" * 3000 + '", "text": "1"}]', None),
+    ('"[' * 100_000, "too_deep"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("response", "reason"), HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_output_is_unparsable_with_a_reason_not_a_crash(response, reason):
+    result = parse_response(response)
+    assert result.reason == reason
+    for item in normalize_items(result.items):
+        assert all(len(b) == 4 for b in item.boxes)
+        if "9" * 401 in response:
+            assert item.boxes == []  # a 401-digit coordinate is no number, so the item has no box
+
+
+@pytest.mark.timeout(60)
+def test_the_rule_judge_refuses_absurd_numbers_quickly():
+    from gbtrain.judges import RuleJudge
+
+    judge = RuleJudge()
+    assert not judge.equivalent("1e999999999", "1")
+    assert not judge.equivalent("1" * 5000, "1")
+    assert judge.equivalent("1.5e3", "1500")
+
+
+def test_predictions_with_broken_bytes_and_deep_lines(tmp_path):
+    from gbtrain.scoring import PredictionsError, read_predictions
+
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"id": "a", "response": "[{\\"text\\": \\"\xff\xfe\\"}]"}\n')
+    assert "\ufffd" in read_predictions(path).responses["a"]
+    path.write_text('{"id": "b", "response": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:1: malformed JSON line"):
+        read_predictions(path)
