@@ -7,8 +7,11 @@ skips the records already there, so a run killed at any point resumes and ends w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -346,6 +349,42 @@ class EvalRun:
     hf_batch_size: int = 8
 
 
+RUN_RECORD = "run.json"
+
+
+def run_identity(run: EvalRun, coords: str, budget: PixelBudget) -> dict:
+    """What makes an evaluation folder's predictions: the model, how it was asked, and on which data.
+    (`--limit`, batch sizes, parallelism and the judge may change between reruns: they do not change a line.)"""
+    data = Path(run.data)
+    annotations = sorted((data / "annotations").glob("*.json"))
+    digest = hashlib.sha256()
+    for path in annotations:
+        digest.update(path.name.encode() + path.read_bytes())
+    model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
+    base_url = re.sub(r"//[^/@]*@", "//", run.base_url) if run.base_url else None  # no credentials on disk
+    return {"model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
+            "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels,
+            "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
+            "data": str(data.resolve()), "annotations_sha256": digest.hexdigest()[:16]}
+
+
+def claim_output_folder(out: Path, identity: dict, overwrite: bool) -> None:
+    """Record what makes this folder's predictions; a rerun with anything else is refused rather than mixed
+    with them (or, with --overwrite, the old predictions go first)."""
+    path = out / RUN_RECORD
+    if path.is_file():
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        differs = {k: (recorded.get(k), v) for k, v in identity.items() if recorded.get(k) != v}
+        if differs and not overwrite:
+            shown = "; ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in differs.items())
+            raise ValueError(f"{out} holds predictions made otherwise ({shown}): choose another --out, or pass "
+                             f"--overwrite to discard them")
+        if differs:
+            shutil.rmtree(out / "predictions", ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
+
+
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/)."""
     from gbtrain import reports
@@ -366,8 +405,11 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     budget = PixelBudget(run.min_pixels or base_budget.min_pixels, run.max_pixels or base_budget.max_pixels)
     settings = parse_settings(run.settings, run.three_turn)
     sampling = SamplingOptions(max_tokens=run.max_tokens)
+    out = Path(run.out)
+    claim_output_folder(out, run_identity(run, coords, budget), run.overwrite)  # before any model starts
     tokenizer = None
     memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
+    judge = judge_from_spec(run.judge, memory)  # its engine, if any, starts only when first asked
     if run.backend == "vllm":
         backend = VLLMBackend(run.model, budget, max_model_len=run.max_model_len,
                               tensor_parallel_size=run.tensor_parallel_size,
@@ -381,8 +423,6 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
                                 budget=budget)
     else:
         raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
-    judge = judge_from_spec(run.judge, memory)  # its engine, if any, starts only when first asked
-    out = Path(run.out)
     ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
                                                    run.max_model_len if tokenizer else None, run.limit),
                    tokenizer=tokenizer, progress=progress)
@@ -410,5 +450,5 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
             items = item_boxes(normalize_items(parse_response(responses.get(r.record_id)).items), r,
                                ev.score_options(s))
             reports.overlay(ev.image(r), r, reports_by_setting[s.name], items,
-                            out / "overlays" / f"{s.name}_{r.record_id}.png")
+                            out / "overlays" / f"{s.name}_{reports.safe_name(r.record_id)}.png")
     return report

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -123,6 +125,16 @@ def plots(report: dict, out_dir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
     return paths
+
+
+def safe_name(text: str) -> str:
+    """A file name made from any id (ids come from annotation files): characters other than letters, digits,
+    `.`, `_` and `-` become `_`, and a changed id gets a hash of the original, so `x/../../f` stays in its
+    folder and two ids never share a file."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip(".")[:100]
+    if stem == text and stem:
+        return stem
+    return f"{stem or 'id'}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
 def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxes: list, out: Path) -> Path:

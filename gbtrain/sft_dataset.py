@@ -169,6 +169,10 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     from datasets import Dataset, DatasetDict
 
     data_dir, out = Path(cfg.data), Path(cfg.out)
+    data_abs, out_abs = data_dir.resolve(), out.resolve()
+    if out_abs == data_abs or data_abs in out_abs.parents or out_abs in data_abs.parents:
+        # the build replaces OUT/images and the split folders: it must never share a tree with its source
+        raise ValueError(f"out {out} and data {data_dir} overlap: write the SFT set to a folder of its own")
     budget = cfg.vision.budget()
     loaded = annotations.load_dataset(data_dir, lenient=cfg.lenient)
     records_by_level = {lvl: ld.records for lvl, ld in loaded.items()}

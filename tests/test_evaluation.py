@@ -218,3 +218,29 @@ def test_the_l2_records_of_a_page_share_one_decoded_image(synth_dir, tmp_path):
     assert same_page and ev.image(same_page[0]) is ev.image(first)
     other = next(r for r in records if r.image != first.image)
     assert ev.image(other).size == (other.width, other.height) and ev.image(other) is not ev.image(first)
+
+
+def test_an_output_folder_refuses_predictions_made_otherwise(synth_dir, tmp_path):
+    """A rerun into the same --out with another model, coords, budget, prompt or data is refused instead of
+    reusing (and reporting under the new model) the old predictions; --overwrite discards them."""
+    from gbtrain.coords import PixelBudget
+    from gbtrain.evaluation import EvalRun, claim_output_folder, run_identity
+
+    out = tmp_path / "ev"
+    run = EvalRun(model="org/model-a", data=str(synth_dir), out=str(out), backend="openai",
+                  base_url="https://user:sk-secret@host/v1")
+    first = run_identity(run, "qwen25", PixelBudget())
+    claim_output_folder(out, first, overwrite=False)
+    assert "sk-secret" not in (out / "run.json").read_text()
+    (out / "predictions").mkdir()
+    (out / "predictions" / "L1-af.jsonl").write_text('{"id": "x", "response": "[]"}\n')
+    claim_output_folder(out, first, overwrite=False)  # the same run resumes
+    other = run_identity(EvalRun(**{**vars(run), "model": "org/model-b"}), "qwen25", PixelBudget())
+    with pytest.raises(ValueError, match=r"made otherwise \(model: 'org/model-a' there, 'org/model-b' now\)"):
+        claim_output_folder(out, other, overwrite=False)
+    for changed in (run_identity(run, "rel1000", PixelBudget()), run_identity(run, "qwen25", PixelBudget(3136, 50176))):
+        with pytest.raises(ValueError, match="--overwrite"):
+            claim_output_folder(out, changed, overwrite=False)
+    assert (out / "predictions" / "L1-af.jsonl").exists()
+    claim_output_folder(out, other, overwrite=True)
+    assert not (out / "predictions").exists() and json.loads((out / "run.json").read_text())["model"] == "org/model-b"

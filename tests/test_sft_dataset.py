@@ -104,6 +104,18 @@ def test_moved_output_is_rebased(built, tmp_path):
     assert dd["train"][0]["images"][0].startswith(str(moved.resolve()))
 
 
+@pytest.mark.parametrize("where", ["same", "inside", "around"])
+def test_an_output_folder_overlapping_the_data_is_refused(synth_dir, tmp_path, where):
+    """The build replaces folders under OUT: with OUT in (or around) the source, source images would go."""
+    data = tmp_path / "pages"
+    shutil.copytree(synth_dir, data)
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    out = {"same": data, "inside": data / "images" / "sft", "around": tmp_path}[where]
+    with pytest.raises(ValueError, match="overlap"):
+        build_sft_dataset(config(data, out), progress=False)
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+
+
 def test_bad_mix_is_refused(synth_dir, tmp_path):
     with pytest.raises(ValueError, match=r"mix\.levels"):
         build_sft_dataset(config(synth_dir, tmp_path, mix=MixConfig(levels={"L1": 0.5, "L4": 0.5})), progress=False)
