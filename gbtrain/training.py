@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -163,6 +165,54 @@ def sft_config(cfg: TrainConfig, has_eval: bool) -> SFTConfig:
     )
 
 
+RUN_RECORD = "gbtrain_run.json"
+# Keys a continued run may change: where and how long it runs, and what it logs. Everything else makes
+# the weights, so a run with other values must not continue (or overwrite) this folder's checkpoints.
+_NOT_IDENTITY = {"output_dir", "resume", "num_train_epochs", "max_steps", "eval_steps", "save_steps",
+                 "save_total_limit", "logging_steps", "report_to", "dataloader_num_workers", "peak_tflops",
+                 "limit_eval_samples", "attn_implementation", "gradient_checkpointing", "liger"}
+
+
+def run_identity(cfg: TrainConfig) -> dict:
+    """What makes this run's weights: its config (less _NOT_IDENTITY), the model and dataset folders resolved,
+    and a hash of the dataset's build record."""
+    from dataclasses import asdict
+
+    identity = {k: v for k, v in asdict(cfg).items() if k not in _NOT_IDENTITY}
+    for key in ("model", "dataset"):
+        if Path(identity[key]).is_dir():
+            identity[key] = str(Path(identity[key]).resolve())
+    built = Path(cfg.dataset) / "build_config.yaml"
+    identity["dataset_build_sha256"] = (hashlib.sha256(built.read_bytes()).hexdigest()[:16] if built.is_file()
+                                        else None)
+    return identity
+
+
+def claim_output_dir(cfg: TrainConfig, write: bool) -> None:
+    """Refuse an output_dir that holds another run's work (its checkpoints would be continued, mixed or deleted
+    by save_total_limit), or this run's finished or saved work without --resume; record this run's identity."""
+    out = Path(cfg.output_dir)
+    record = out / RUN_RECORD
+    identity = run_identity(cfg)
+    work = sorted(p.name for p in out.glob("checkpoint-*")) + (["train_summary.json"] if
+                                                               (out / "train_summary.json").exists() else [])
+    if record.is_file():
+        recorded = json.loads(record.read_text(encoding="utf-8"))
+        differs = {k: (recorded.get(k), v) for k, v in identity.items() if recorded.get(k) != v}
+        if differs:
+            shown = "; ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in list(differs.items())[:6])
+            raise ValueError(f"output_dir {out} holds a run made otherwise ({shown}): choose another output_dir")
+        if work and not cfg.resume:
+            raise ValueError(f"output_dir {out} holds this run's work ({', '.join(work[:5])}): pass --resume to "
+                             f"continue it, or choose another output_dir")
+    elif work:
+        raise ValueError(f"output_dir {out} holds work that gbtrain did not record ({', '.join(work[:5])}): "
+                         f"choose another output_dir")
+    if write:
+        out.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
+
+
 def last_checkpoint(output_dir: str) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -174,6 +224,7 @@ def train(cfg: TrainConfig) -> dict:
     check_options(cfg)
     budget = resolve_budget(cfg)
     cfg.vision = VisionConfig(budget.min_pixels, budget.max_pixels)
+    claim_output_dir(cfg, write=int(os.environ.get("RANK", "0")) == 0)  # every rank checks, the first records
     processor = load_processor(cfg.model, budget)
     datasets, sources, stats = build_datasets(cfg, processor, budget)
     train_ds, eval_ds = datasets["train"], datasets["eval"]

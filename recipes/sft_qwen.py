@@ -31,9 +31,9 @@ def main() -> None:
     overrides = list(args.overrides) + (["resume=true"] if args.resume else [])
     try:
         cfg = load_config(TrainConfig, args.config, overrides)
-    except ValueError as e:
+        summary = train(cfg)
+    except (ValueError, FileNotFoundError) as e:  # bad options, data or output folder: one line, exit 1
         sys.exit(f"sft_qwen: {e}")
-    summary = train(cfg)
     print(json.dumps(summary))
 
 

@@ -181,3 +181,28 @@ def test_vision_must_match_the_dataset(sft_dir, tiny_model_dir):
         resolve_budget(cfg)
     cfg.vision = None
     assert resolve_budget(cfg).max_pixels == 28 * 28 * 256
+
+
+def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tmp_path):
+    """A new run into another run's output_dir would continue, mix or (save_total_limit) delete its
+    checkpoints: refused, naming what differs; the same run continues only with --resume."""
+    from gbtrain.config import TrainConfig, VisionConfig
+    from gbtrain.training import claim_output_dir
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir=str(out),
+                      vision=VisionConfig(28 * 28 * 4, 28 * 28 * 256))
+    claim_output_dir(cfg, write=True)
+    (out / "checkpoint-2").mkdir()
+    with pytest.raises(ValueError, match=r"this run's work \(checkpoint-2\): pass --resume"):
+        claim_output_dir(cfg, write=True)
+    cfg.resume = True
+    cfg.max_steps = 10  # running longer is a continuation, not another run
+    claim_output_dir(cfg, write=True)
+    cfg.lr.llm = 5e-4
+    with pytest.raises(ValueError, match=r"made otherwise \(lr: .*choose another output_dir"):
+        claim_output_dir(cfg, write=True)
+    (out / "gbtrain_run.json").unlink()
+    with pytest.raises(ValueError, match="did not record"):
+        claim_output_dir(cfg, write=True)
+    assert (out / "checkpoint-2").is_dir()  # nothing was touched
