@@ -201,6 +201,13 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     )
 
 
+def _jpeg_complete(path: Path) -> bool:
+    """A JPEG cut short (an interrupted copy or download) lacks its end-of-image marker near the end."""
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 64))
+        return b"\xff\xd9" in f.read()
+
+
 def _check_image_file(data_dir: Path, record: Record) -> None:
     path = image_path(data_dir, record)
     root = image_root(data_dir, record.level).resolve()
@@ -210,9 +217,13 @@ def _check_image_file(data_dir: Path, record: Record) -> None:
         raise ValueError(f"image file not found: {path}")
     try:
         with Image.open(path) as im:
-            size = im.size
-    except OSError as e:
-        raise ValueError(f"cannot read image {path}: {e}") from e
+            size, fmt = im.size, im.format
+            if fmt == "PNG":
+                im.verify()  # chunk CRCs, without decoding the pixels
+    except (OSError, SyntaxError, Image.DecompressionBombError) as e:
+        raise ValueError(f"cannot read image {path}: {e}") from None
+    if fmt == "JPEG" and not _jpeg_complete(path):
+        raise ValueError(f"image {path} is truncated (no JPEG end marker)")
     if size != (record.width, record.height):
         raise ValueError(f"image {path} is {size[0]}x{size[1]}, annotation says {record.width}x{record.height}")
 

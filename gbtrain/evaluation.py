@@ -93,8 +93,11 @@ def default_budget(model: str) -> PixelBudget:
 
 @lru_cache(maxsize=8)  # L2 records of a page come together; pages can be tens of MB decoded
 def _decode(path: Path) -> Image.Image:
-    with Image.open(path) as im:
-        return im.convert("RGB")
+    try:
+        with Image.open(path) as im:
+            return im.convert("RGB")
+    except (OSError, SyntaxError, Image.DecompressionBombError) as e:  # damaged after validation
+        raise ValueError(f"cannot decode image {path}: {e}") from None
 
 
 @dataclass

@@ -108,6 +108,39 @@ def test_missing_image_and_wrong_size(tmp_path):
     assert "record b" in str(e.value) and "10x10" in str(e.value)
 
 
+def test_damaged_images_are_named_with_their_record(tmp_path):
+    """A truncated JPEG, a PNG with a broken chunk, a file that is no image and a decompression-bomb header
+    are each one problem naming file and record (and are skipped under --lenient), not a later crash."""
+    import struct
+    import zlib
+
+    names = ["cut", "png", "junk", "bomb"]
+    data = make_data(tmp_path, [rec(n, image=f"Mathematics/{n}.jpg") for n in names])
+    folder = data / "images/L3/Mathematics"
+    jpeg = (folder / "cut.jpg").read_bytes()
+    (folder / "cut.jpg").write_bytes(jpeg[:-100])  # the header is whole, the end is not
+    buf = folder / "png.jpg"
+    Image.new("RGB", (200, 100), "white").save(buf, format="PNG")
+    raw = bytearray(buf.read_bytes())
+    raw[-20] ^= 0xFF  # inside the image data: the chunk CRC no longer matches
+    buf.write_bytes(bytes(raw))
+    (folder / "junk.jpg").write_bytes(b"not an image at all")
+    def png_chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    (folder / "bomb.jpg").write_bytes(b"\x89PNG\r\n\x1a\n"  # a header claiming 2e10 pixels
+                                      + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 200000, 100000, 8, 2, 0, 0, 0))
+                                      + png_chunk(b"IDAT", zlib.compress(b"")) + png_chunk(b"IEND", b""))
+    with pytest.raises(AnnotationError) as e:
+        load_level(data, "L3")
+    text = str(e.value)
+    assert len(e.value.problems) == 4
+    for n in names:
+        assert f"record {n}" in text and f"{n}.jpg" in text
+    assert "truncated (no JPEG end marker)" in text and "decompression bomb" in text.lower()
+    assert load_level(data, "L3", lenient=True).skipped
+
+
 def test_malformed_json(tmp_path):
     (tmp_path / "annotations").mkdir()
     (tmp_path / "annotations/L1.json").write_text('[{"id": 1,,]')
