@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.annotations import AnnotationError, load_level
+from gbtrain.annotations import load_level
 from gbtrain.backends import VLLMMemory, judge_from_spec
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.schema import LEVELS
-from gbtrain.scoring import PredictionsError, ScoreOptions, read_predictions, score, write_report
+from gbtrain.scoring import ScoreOptions, read_predictions, score, write_report
 
 
 def main() -> None:
@@ -40,17 +40,17 @@ def main() -> None:
     ap.add_argument("--lenient", action="store_true", help="skip bad annotation records (listed)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    opts = ScoreOptions(args.level, args.mode, args.coords, args.min_pixels, args.max_pixels, args.match_radius,
-                        args.exclude_other, args.allow_duplicates, args.judge)
-    try:
+    try:  # options first: a bad radius or pixel budget must not score a file as 0.0 with exit 0
+        opts = ScoreOptions(args.level, args.mode, args.coords, args.min_pixels, args.max_pixels,
+                            args.match_radius, args.exclude_other, args.allow_duplicates, args.judge)
+        judge = judge_from_spec(args.judge, VLLMMemory(args.kv_cache_gib, args.gpu_memory_utilization))
         loaded = load_level(args.data, args.level, lenient=args.lenient)
         preds = read_predictions(args.predictions, allow_duplicates=args.allow_duplicates)
-    except (AnnotationError, PredictionsError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError) as e:  # AnnotationError and PredictionsError included
         print(f"score: {e}", file=sys.stderr)
         sys.exit(2)
     for problem in loaded.skipped + loaded.warnings:
         print(f"score: warning: {problem}", file=sys.stderr)
-    judge = judge_from_spec(args.judge, VLLMMemory(args.kv_cache_gib, args.gpu_memory_utilization))
     report = score(loaded.records, preds, opts, judge)
     write_report(report, args.out)
     cov, replies = report["coverage"], report["judge_replies"]

@@ -122,9 +122,12 @@ def _parse_points(raw, where: str) -> list[tuple[float, float]]:
     return pts
 
 
-def _text(value) -> str | None:
+def _text(value, key: str) -> str | None:
+    """A text field; a number is taken as its text (a transcription "12" may be stored as 12)."""
     if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{key} must be text or a number, got {type(value).__name__} {value!r:.60}")
     return value if isinstance(value, str) else str(value)
 
 
@@ -152,12 +155,12 @@ def _parse_mark(raw: dict, index: int, unknown_labels: Counter) -> Mark:
         label=label,
         raw_label=raw_label,
         mark_id=str(attrs.get("id", "")).strip(),
-        hand=_text(attrs.get("hand")) or "",
-        std=_text(attrs.get("std")),
+        hand=_text(attrs.get("hand"), f"{where} attributes.hand") or "",
+        std=_text(attrs.get("std"), f"{where} attributes.std"),
         question_type=QUESTION_TYPE_ALIASES.get(str(raw_type).strip(), "Other") if raw_type else "Other",
         content_format=CONTENT_FORMAT_ALIASES.get(str(raw_format).strip(), "Other") if raw_format else "Other",
         stage=STAGE_ALIASES.get(str(raw_stage).strip()) if raw_stage else None,
-        question_id=_text(qid),
+        question_id=_text(qid, f"{where} question id"),
         extra_attributes={k: v for k, v in attrs.items() if k not in _KNOWN_ATTRS},
         extra={k: v for k, v in raw.items() if k not in _KNOWN_MARK_KEYS},
     )
@@ -174,6 +177,9 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     for key in ("id", "image", "width", "height", "marks"):
         if key not in raw:
             raise ValueError(f"missing key {key!r}")
+    rid = raw["id"]
+    if isinstance(rid, bool) or not isinstance(rid, str | int) or not str(rid).strip():
+        raise ValueError(f"id must be a non-empty string or an integer, got {rid!r:.60}")
     rel = str(raw["image"])
     _check_image_path(rel)
     width, height = raw["width"], raw["height"]
@@ -196,7 +202,7 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
         raise ValueError(f"record level {raw_level!r} found in the {level} annotation file")
     return Record(
         record_id=str(raw["id"]), level=level, subject=subject, image=rel, width=width, height=height,
-        marks=marks, page=_text(raw.get("page_id")),
+        marks=marks, page=_text(raw.get("page_id"), "page_id"),
         extra={k: v for k, v in raw.items() if k not in _KNOWN_RECORD_KEYS},
     )
 

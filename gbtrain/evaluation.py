@@ -388,6 +388,23 @@ def claim_output_folder(out: Path, identity: dict, overwrite: bool) -> None:
     path.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
 
 
+def check_run(run: EvalRun) -> None:
+    """Every count option at least 1 (or 0 where none makes sense), before anything is loaded: `--limit 0`
+    used to mean "everything" and a zero batch size looped."""
+    at_least = {"max_tokens": (run.max_tokens, 1), "max_model_len": (run.max_model_len, 1),
+                "tensor_parallel_size": (run.tensor_parallel_size, 1),
+                "data_parallel_size": (run.data_parallel_size, 1), "batch_size": (run.batch_size, 1),
+                "overlays": (run.overlays, 0), "concurrency": (run.concurrency, 1),
+                "hf_batch_size": (run.hf_batch_size, 1)}
+    for key in ("limit", "min_pixels", "max_pixels", "kv_cache_gib"):
+        if getattr(run, key) is not None:
+            at_least[key] = (getattr(run, key), 1e-9 if key == "kv_cache_gib" else 1)
+    bad = [f"--{k.replace('_', '-')} {v!r}: must be at least {low:g}" for k, (v, low) in at_least.items()
+           if not (v == v and v >= low)]  # v == v is False for NaN
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/)."""
     from gbtrain import reports
@@ -395,6 +412,7 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     from gbtrain.parsing import normalize_items
     from gbtrain.scoring import item_boxes, scorer_sha256
 
+    check_run(run)
     data = Path(run.data)
     if not data.is_dir():
         raise FileNotFoundError(f"data directory not found: {data}")
@@ -405,7 +423,8 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
                                 f"Qwen/Qwen2.5-VL-7B-Instruct)")
     coords = run.coords or default_coords(run.model)
     base_budget = default_budget(run.model)
-    budget = PixelBudget(run.min_pixels or base_budget.min_pixels, run.max_pixels or base_budget.max_pixels)
+    budget = PixelBudget(base_budget.min_pixels if run.min_pixels is None else run.min_pixels,
+                         base_budget.max_pixels if run.max_pixels is None else run.max_pixels)
     settings = parse_settings(run.settings, run.three_turn)
     sampling = SamplingOptions(max_tokens=run.max_tokens)
     out = Path(run.out)

@@ -8,6 +8,7 @@ Qwen2.5-VL in transformers 5: ``model.model.visual`` (vision blocks + ``merger``
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import torch
 
@@ -37,6 +38,31 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _range_problems(cfg: TrainConfig) -> list[str]:
+    """Numbers outside their range (NaN included): each would train something other than what was asked."""
+    at_least = {"lr.llm": (cfg.lr.llm, 0), "lr.merger": (cfg.lr.merger, 0), "lr.vision_tower": (cfg.lr.vision_tower, 0),
+                "lora.r": (cfg.lora.r, 1), "lora.alpha": (cfg.lora.alpha, 1e-12), "max_length": (cfg.max_length, 1),
+                "pack_tokens": (cfg.pack_tokens, 1), "per_device_batch_size": (cfg.per_device_batch_size, 1),
+                "gradient_accumulation_steps": (cfg.gradient_accumulation_steps, 1),
+                "num_train_epochs": (cfg.num_train_epochs, 1e-12), "weight_decay": (cfg.weight_decay, 0),
+                "max_grad_norm": (cfg.max_grad_norm, 1e-12), "eval_steps": (cfg.eval_steps, 1),
+                "save_steps": (cfg.save_steps, 1), "save_total_limit": (cfg.save_total_limit, 1),
+                "logging_steps": (cfg.logging_steps, 1), "dataloader_num_workers": (cfg.dataloader_num_workers, 0),
+                "peak_tflops": (cfg.peak_tflops, 0)}
+    for key in ("limit_train_samples", "limit_eval_samples"):
+        if getattr(cfg, key) is not None:
+            at_least[key] = (getattr(cfg, key), 1)
+    problems = [f"{key}={value!r}: must be a number >= {low:g}" for key, (value, low) in at_least.items()
+                if not (math.isfinite(value) and value >= low)]
+    if not (0 <= cfg.lora.dropout < 1):
+        problems.append(f"lora.dropout={cfg.lora.dropout!r}: must be in [0, 1)")
+    if not (0 <= cfg.warmup_ratio <= 1):
+        problems.append(f"warmup_ratio={cfg.warmup_ratio!r}: must be in [0, 1]")
+    if cfg.max_steps != -1 and cfg.max_steps < 1:
+        problems.append(f"max_steps={cfg.max_steps!r}: -1 (use num_train_epochs) or at least 1")
+    return problems
+
+
 def check_options(cfg: TrainConfig) -> None:
     """Refuse GPU-only settings where they cannot run, with a message that says what to change."""
     gpu = cuda_available()
@@ -64,6 +90,7 @@ def check_options(cfg: TrainConfig) -> None:
                         "fully with freeze.merger=false)")
     if cfg.model_init not in ("pretrained", "random"):
         problems.append(f"model_init={cfg.model_init!r}: choose pretrained or random")
+    problems += _range_problems(cfg)
     if problems:
         raise ValueError("unsupported training options:\n  " + "\n  ".join(problems))
 

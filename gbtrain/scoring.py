@@ -21,7 +21,7 @@ from rapidfuzz.distance import Levenshtein
 from gbtrain import judges, parsing
 from gbtrain.coords import PixelBudget, from_model
 from gbtrain.judges import normalize_text
-from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
+from gbtrain.schema import LEVELS, RIGHT, WRONG, Box, Group, Record
 
 IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
 CER_THRESHOLD = 0.7
@@ -40,6 +40,13 @@ class ScoreOptions:
     exclude_other: bool = False  # drop groups labelled other than right/wrong from the denominator
     allow_duplicates: bool = False
     judge: str = "rule"
+
+    def __post_init__(self):
+        if self.level not in LEVELS or self.mode not in ("answer-free", "answer-based"):
+            raise ValueError(f"level {self.level!r} / mode {self.mode!r}: choose L1-L3 and answer-free/answer-based")
+        if not (math.isfinite(self.match_radius) and self.match_radius > 0):
+            raise ValueError(f"match radius {self.match_radius!r}: must be a positive number")
+        from_model([0, 0, 1, 1], 1, 1, self.coords, self.budget)  # raises on an unknown convention or budget
 
     @property
     def budget(self) -> PixelBudget:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -55,7 +56,7 @@ def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig) -> Pla
     A record is used at most once per (mode, turns) stratum; when a stratum has too few records the
     missing count is recorded (the card reports it) rather than repeating conversations.
     """
-    _check_shares(cfg)
+    _check_config(cfg)
     rng = random.Random(cfg.seed)
     by_split: dict[str, dict[str, list[Record]]] = {s: {lvl: [] for lvl in LEVELS} for s in SPLITS}
     pages: dict[str, set[str]] = {s: set() for s in SPLITS}
@@ -80,19 +81,25 @@ def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig) -> Pla
     return plan
 
 
-def _check_shares(cfg: BuildConfig) -> None:
+def _check_config(cfg: BuildConfig) -> None:
+    """Every build option in its range (NaN included), before any work."""
     if cfg.coords not in CONVENTIONS:
         raise ValueError(f"coords={cfg.coords!r}: choose one of {', '.join(CONVENTIONS)}")
     for name, shares, allowed in (("mix.levels", cfg.mix.levels, LEVELS), ("mix.modes", cfg.mix.modes, MODES)):
         unknown = set(shares) - set(allowed)
         if unknown:
             raise ValueError(f"{name}: unknown keys {sorted(unknown)}; allowed {list(allowed)}")
-        if any(v < 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
+        if not all(math.isfinite(v) and v >= 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
             raise ValueError(f"{name} must be non-negative shares summing to 1, got {dict(shares)}")
     if not 0 <= cfg.mix.three_turn <= 1:
         raise ValueError(f"mix.three_turn must be in [0, 1], got {cfg.mix.three_turn}")
-    if cfg.validation_share < 0 or cfg.test_share < 0 or cfg.validation_share + cfg.test_share >= 1:
+    if not (0 <= cfg.validation_share < 1 and 0 <= cfg.test_share < 1 and cfg.validation_share + cfg.test_share < 1):
         raise ValueError("validation_share and test_share must be >= 0 and sum to less than 1")
+    for key, value, low in (("target_count", cfg.target_count, 1), ("max_length", cfg.max_length, 1),
+                            ("workers", cfg.workers, 1), ("l2_margin", cfg.l2_margin, 0)):
+        if not (math.isfinite(value) and value >= low):
+            raise ValueError(f"{key}={value!r}: must be at least {low}")
+    cfg.vision.budget()  # raises on a bad pixel budget
 
 
 class LengthCounter:
@@ -168,6 +175,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     """Run the whole build; returns the stats that are also written to OUT/stats.json."""
     from datasets import Dataset, DatasetDict
 
+    _check_config(cfg)
     data_dir, out = Path(cfg.data), Path(cfg.out)
     data_abs, out_abs = data_dir.resolve(), out.resolve()
     if out_abs == data_abs or data_abs in out_abs.parents or out_abs in data_abs.parents:

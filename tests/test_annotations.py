@@ -178,3 +178,14 @@ def test_load_dataset_finds_levels(tmp_path):
     assert list(load_dataset(tmp_path)) == ["L3"]
     with pytest.raises(FileNotFoundError):
         load_dataset(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(("record", "message"), [
+    (rec(id=None), "id must be"), (rec(id=["a"]), "id must be"), (rec(id=" "), "id must be"),
+    (rec(id=True), "id must be"), (rec(marks=[answer(hand=["1", "2"])]), "attributes.hand must be text"),
+    (rec(marks=[answer(std={"a": 1})]), "attributes.std must be text"),
+])
+def test_fields_of_the_wrong_type_are_named(tmp_path, record, message):
+    data = make_data(tmp_path, [record])
+    with pytest.raises(AnnotationError, match=message):
+        load_level(data, "L3")

@@ -244,3 +244,18 @@ def test_an_output_folder_refuses_predictions_made_otherwise(synth_dir, tmp_path
     assert (out / "predictions" / "L1-af.jsonl").exists()
     claim_output_folder(out, other, overwrite=True)
     assert not (out / "predictions").exists() and json.loads((out / "run.json").read_text())["model"] == "org/model-b"
+
+
+@pytest.mark.parametrize(("option", "flag"), [
+    ({"limit": 0}, "--limit 0"), ({"limit": -3}, "--limit -3"), ({"batch_size": 0}, "--batch-size"),
+    ({"max_tokens": 0}, "--max-tokens"), ({"min_pixels": 0}, "--min-pixels 0"), ({"max_pixels": -1}, "--max-pixels"),
+    ({"data_parallel_size": 0}, "--data-parallel-size"), ({"kv_cache_gib": float("nan")}, "--kv-cache-gib"),
+    ({"concurrency": 0}, "--concurrency"), ({"overlays": -1}, "--overlays"),
+])
+def test_out_of_range_evaluation_options_are_refused(synth_dir, tmp_path, option, flag):
+    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+
+    run = EvalRun(model="org/model", data=str(synth_dir), out=str(tmp_path / "o"), backend="openai", **option)
+    with pytest.raises(ValueError, match=flag):
+        evaluate_checkpoint(run, progress=False)
+    assert not (tmp_path / "o").exists()

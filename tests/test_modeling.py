@@ -125,3 +125,17 @@ def test_random_init_uses_the_architecture_only(tiny_model_dir):
     b = dict(random_model.named_parameters())
     assert a.keys() == b.keys()
     assert not torch.equal(a["lm_head.weight"], b["lm_head.weight"])
+
+
+@pytest.mark.parametrize(("option", "key"), [
+    ({"lr": LearningRates(llm=-1e-4)}, "lr.llm"), ({"lr": LearningRates(merger=float("nan"))}, "lr.merger"),
+    ({"lora": LoraSettings(r=0)}, "lora.r"), ({"lora": LoraSettings(dropout=1.0)}, "lora.dropout"),
+    ({"warmup_ratio": 2.0}, "warmup_ratio"), ({"max_steps": 0}, "max_steps"), ({"pack_tokens": 0}, "pack_tokens"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps"), ({"max_grad_norm": float("inf")},
+                                                                         "max_grad_norm"),
+    ({"num_train_epochs": 0.0}, "num_train_epochs"), ({"save_total_limit": 0}, "save_total_limit"),
+    ({"limit_train_samples": 0}, "limit_train_samples"), ({"weight_decay": -0.1}, "weight_decay"),
+])
+def test_out_of_range_training_options_are_named(tiny_model_dir, option, key):
+    with pytest.raises(ValueError, match=f"{key}="):
+        check_options(cfg(tiny_model_dir, **option))

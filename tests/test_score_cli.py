@@ -86,3 +86,18 @@ def test_the_vllm_judge_turns_thinking_off(tiny_qwen3_dir, tmp_path):
             print("RESULT", json.dumps(out[0].prompt))
     """)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--match-radius", "nan"), "match radius"), (("--match-radius", "0"), "match radius"),
+    (("--match-radius", "-1"), "match radius"), (("--match-radius", "inf"), "match radius"),
+    (("--min-pixels", "0"), "min_pixels"), (("--min-pixels", "90000", "--max-pixels", "1000"), "min_pixels"),
+    (("--judge", "gpt4"), "judge"),
+])
+def test_bad_options_exit_2_before_scoring(synth_dir, tmp_path, args, message):
+    records = load_level(synth_dir, "L1").records[:2]
+    write_predictions(tmp_path / "p.jsonl", records)
+    proc = run_score("--data", synth_dir, "--level", "L1", "--mode", "answer-based", "--predictions",
+                     tmp_path / "p.jsonl", "--coords", "qwen25", "--out", tmp_path / "r.json", *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r.json").exists()

@@ -141,3 +141,16 @@ def test_trl_sft_trainer_accepts_the_dataset(built, tiny_model_dir, tmp_path):
                          processing_class=load_processor(tiny_model_dir, dataset_pixel_budget(out)))
     result = trainer.train()
     assert result.global_step == 2 and result.training_loss > 0
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ({"validation_share": float("nan")}, "validation_share"), ({"test_share": -0.1}, "validation_share"),
+    ({"mix": MixConfig(levels={"L1": float("nan"), "L2": 0.5, "L3": 0.5})}, "mix.levels"),
+    ({"mix": MixConfig(three_turn=float("nan"))}, "three_turn"), ({"target_count": 0}, "target_count"),
+    ({"max_length": -5}, "max_length"), ({"workers": 0}, "workers"), ({"l2_margin": float("nan")}, "l2_margin"),
+    ({"vision": VisionConfig(0, 100)}, "min_pixels"), ({"vision": VisionConfig(5000, 100)}, "min_pixels"),
+])
+def test_out_of_range_build_options_are_refused_before_any_work(synth_dir, tmp_path, option, message):
+    with pytest.raises(ValueError, match=message):
+        build_sft_dataset(config(synth_dir, tmp_path / "o", **option), progress=False)
+    assert not (tmp_path / "o").exists()
