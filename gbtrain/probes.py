@@ -42,9 +42,7 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
         raise ValueError(f"{dataset_dir}: the {split!r} split is empty")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype="auto").to(device).eval()
-    budget = dataset_pixel_budget(dataset_dir)  # the targets' boxes were computed for it
-    if budget is None:
-        raise ValueError(f"{dataset_dir} has no build_config.yaml: its pixel budget is unknown")
+    budget = dataset_pixel_budget(dataset_dir)  # the targets' boxes were computed for it (a finished build)
     processor = load_processor(str(model_dir), budget)
     collator = GradingCollator(processor, max_length=1 << 30)
     real = blank = 0.0

@@ -193,6 +193,9 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     dropped = Counter((convs[i].record.level, convs[i].mode, convs[i].turns)
                       for i, n in enumerate(lengths) if n > cfg.max_length)
     out.mkdir(parents=True, exist_ok=True)
+    # build_config.yaml marks a finished build: it goes first and comes back last, so a build killed midway
+    # (or a rebuild over an old one) leaves a folder that readers refuse instead of half-new targets.
+    (out / "build_config.yaml").unlink(missing_ok=True)
     images = _place_images(data_dir, out, [convs[i].record for i in keep], cfg.workers)
     rows = {s: [] for s in SPLITS}
     for i in keep:
@@ -212,8 +215,8 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     stats = _stats(cfg, loaded, plan, [r for s in SPLITS for r in rows[s]], dropped, counter.exact)
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                                     encoding="utf-8")
-    (out / "build_config.yaml").write_text(to_yaml(cfg) + f"out_resolved: {out.resolve()}\n", encoding="utf-8")
     (out / "card.md").write_text(render_card(stats), encoding="utf-8")
+    (out / "build_config.yaml").write_text(to_yaml(cfg) + f"out_resolved: {out.resolve()}\n", encoding="utf-8")
     return stats
 
 
@@ -294,8 +297,8 @@ def load_sft_dataset(out: str | Path, decode_images: bool = True):
     from datasets import Image, List, load_from_disk
 
     out = Path(out).resolve()
+    built = finished_build(out)
     dd = load_from_disk(str(out))
-    built = _build_config(out)
     built_at = str(built.get("out_resolved")) if built is not None and built.get("out_resolved") else None
     if built_at and built_at != str(out):
         def rebase(row):
@@ -305,6 +308,17 @@ def load_sft_dataset(out: str | Path, decode_images: bool = True):
     if decode_images:
         dd = dd.cast_column("images", List(Image()))
     return dd
+
+
+def finished_build(out: str | Path):
+    """OUT/build_config.yaml of a finished build; a missing folder or an unfinished build is an error."""
+    if not Path(out).is_dir():
+        raise FileNotFoundError(f"dataset folder not found: {out} (data_builders/build_sft.py writes one)")
+    built = _build_config(out)
+    if built is None:
+        raise ValueError(f"{out} is not a finished build: it has no build_config.yaml, which the builder writes "
+                         f"last; build it again with data_builders/build_sft.py")
+    return built
 
 
 def _build_config(out: str | Path):

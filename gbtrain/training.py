@@ -22,18 +22,23 @@ from gbtrain.modeling import (
     setup_model,
     train_dtype,
 )
-from gbtrain.sft_dataset import LengthCounter, dataset_coords, dataset_pixel_budget, load_sft_dataset
+from gbtrain.sft_dataset import (
+    LengthCounter,
+    dataset_coords,
+    dataset_pixel_budget,
+    finished_build,
+    load_sft_dataset,
+)
 
 
 def resolve_budget(cfg: TrainConfig) -> PixelBudget:
     """The dataset's pixel budget (its target boxes depend on it); a different configured one is an error."""
+    finished_build(cfg.dataset)
     built = dataset_pixel_budget(cfg.dataset)
     if cfg.vision is None:
-        if built is None:
-            raise ValueError(f"{cfg.dataset} has no build_config.yaml: set vision.min_pixels/max_pixels")
         return built
     wanted = PixelBudget(cfg.vision.min_pixels, cfg.vision.max_pixels)
-    if built is not None and built != wanted:
+    if built != wanted:
         raise ValueError(f"vision {wanted} differs from the dataset's {built} ({cfg.dataset}/build_config.yaml): "
                          f"its boxes were computed for that budget; rebuild the data or drop the vision override")
     return wanted

@@ -154,3 +154,15 @@ def test_out_of_range_build_options_are_refused_before_any_work(synth_dir, tmp_p
     with pytest.raises(ValueError, match=message):
         build_sft_dataset(config(synth_dir, tmp_path / "o", **option), progress=False)
     assert not (tmp_path / "o").exists()
+
+
+def test_an_unfinished_build_is_refused(built, tmp_path):
+    """build_config.yaml is written last: a build killed before it leaves a folder no reader takes."""
+    out, _ = built
+    copy = tmp_path / "killed"
+    shutil.copytree(out, copy)
+    (copy / "build_config.yaml").unlink()
+    with pytest.raises(ValueError, match="not a finished build"):
+        load_sft_dataset(copy)
+    with pytest.raises(FileNotFoundError, match="dataset folder not found"):
+        load_sft_dataset(tmp_path / "nowhere")
