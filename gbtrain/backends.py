@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -42,6 +43,11 @@ class Backend(Protocol):
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]: ...
 
     def close(self) -> None: ...
+
+
+def without_credentials(text: str) -> str:
+    """A URL or backend spec with any `user:key@` part removed: what may be written to reports and logs."""
+    return re.sub(r"//[^/@\s]*@", "//", text)
 
 
 def message(text: str, image=None, role: str = "user") -> dict:
@@ -410,4 +416,4 @@ def judge_from_spec(spec: str, memory: VLLMMemory = VLLMMemory()):
             backend.append(judge_backend(spec, memory))
         return backend[0].chat([[message(p)] for p in prompts], sampling)
 
-    return LLMJudge(generate, name=spec)
+    return LLMJudge(generate, name=without_credentials(spec))

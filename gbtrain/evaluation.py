@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from tqdm import tqdm
 
 from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
-from gbtrain.backends import Backend, SamplingOptions, message
+from gbtrain.backends import Backend, SamplingOptions, message, without_credentials
 from gbtrain.conversations import references, regions_to_grade
 from gbtrain.coords import PixelBudget, convention_for_model, read_checkpoint_record, to_model
 from gbtrain.parsing import parse_response
@@ -364,7 +363,7 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget) -> dict:
     for path in annotations:
         digest.update(path.name.encode() + path.read_bytes())
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
-    base_url = re.sub(r"//[^/@]*@", "//", run.base_url) if run.base_url else None  # no credentials on disk
+    base_url = without_credentials(run.base_url) if run.base_url else None
     return {"model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels,
             "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
@@ -456,7 +455,7 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     diagnostics = run_diagnostics(ev) if run.diagnostics else None
     backend.close()  # all generation is done: an LLM judge gets the memory the evaluated model held
     reports_by_setting = {s.name: ev.score(s, judge) for s in settings}
-    meta = {"model": run.model, "backend": run.backend, "coords": coords, "judge": run.judge,
+    meta = {"model": run.model, "backend": run.backend, "coords": coords, "judge": without_credentials(run.judge),
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "max_tokens": run.max_tokens,
             "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(),
             "limit": run.limit, "structured": run.structured}

@@ -133,3 +133,12 @@ def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
     expected = hf.generate([[message(p, gray(w, h))] for p, (w, h) in zip(prompts, sizes, strict=True)],
                            SamplingOptions(max_tokens=8))
     assert tokens == expected
+
+
+def test_credentials_in_a_url_never_reach_a_report():
+    from gbtrain.backends import judge_from_spec, without_credentials
+
+    spec = "openai:judge-model@https://user:sk-secret@example.org/v1"
+    assert "sk-secret" not in judge_from_spec(spec).name  # the name goes into every report
+    assert without_credentials("https://user:sk-secret@example.org/v1") == "https://example.org/v1"
+    assert without_credentials("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
