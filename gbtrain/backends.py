@@ -36,6 +36,16 @@ class SamplingOptions:
     json_schema: dict | None = field(default=None, hash=False, compare=False)  # structured output (optional)
 
 
+class FailedReply(str):
+    """The reply of a record the backend could not answer (an endpoint refused that request): empty text
+    that carries the error, so the run goes on and the evaluator writes the error in the record's line."""
+
+    def __new__(cls, error: str):
+        reply = super().__new__(cls, "")
+        reply.error = error
+        return reply
+
+
 class Backend(Protocol):
     name: str
     model: str
@@ -349,6 +359,18 @@ class OpenAIBackend:
                                           "image_url": {"url": _jpeg_data_url(self.budget.resize(im))}})
 
     def _one(self, conv: list[dict], sampling: SamplingOptions) -> str:
+        """One request. A refusal of this request (400, 413, 422) is a FailedReply; anything else (bad key,
+        unknown model, an endpoint down after the client's retries) stops the run, which resumes later."""
+        from openai import APIStatusError
+
+        try:
+            return self._request(conv, sampling)
+        except APIStatusError as e:
+            if e.status_code in (400, 413, 422):
+                return FailedReply(f"{e.status_code} {type(e).__name__}: {str(e)[:300]}")
+            raise
+
+    def _request(self, conv: list[dict], sampling: SamplingOptions) -> str:
         kwargs = dict(model=self.model, messages=self.messages(conv), temperature=sampling.temperature,
                       top_p=sampling.top_p, max_tokens=sampling.max_tokens)
         # A self-hosted server (vLLM, SGLang) would otherwise take these from the checkpoint's

@@ -211,7 +211,12 @@ class Evaluator:
         errors = self._too_long(chunk, prompts_text)
         send = [c for c, e in zip(convs, errors, strict=True) if e is None]
         replies = iter(self.backend.chat(send, self.opts.sampling) if send else [])
-        return [{"response": "", "error": e} if e else {"response": next(replies)} for e in errors]
+        rows = []
+        for e in errors:
+            reply = None if e else next(replies)
+            error = e or getattr(reply, "error", None)  # a FailedReply: the endpoint refused this record
+            rows.append({"response": "", "error": error} if error else {"response": reply})
+        return rows
 
     def _single(self, chunk: list[Record], s: Setting) -> list[dict]:
         texts = [self.first_prompt(r, s) for r in chunk]
@@ -257,7 +262,22 @@ class Evaluator:
                             self.opts.budget.max_pixels, match_radius)
 
     def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
-        return score(self.records(s.level), self.predictions(s), self.score_options(s, match_radius), judge)
+        report = score(self.records(s.level), self.predictions(s), self.score_options(s, match_radius), judge)
+        return report | {"generation_errors": self.generation_errors(s)}
+
+    def generation_errors(self, s: Setting) -> dict:
+        """Records whose line carries an error (prompt too long, endpoint refused): scored as failures."""
+        path, errors = self.predictions_path(s), {}
+        if path.exists():
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        continue  # a torn last line, repaired by the next run
+                    if row.get("error"):
+                        errors[str(row.get("id"))] = str(row["error"])[:300]
+        return {"count": len(errors), "examples": dict(list(errors.items())[:5])}
 
 
 def merge_turns(turns: list[str]) -> str:
