@@ -390,6 +390,36 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget) -> dict:
             "data": str(data.resolve()), "annotations_sha256": digest.hexdigest()[:16]}
 
 
+class _FolderLock:
+    """An exclusive lock on OUTDIR/.lock for the whole run (released by the OS if the process dies), so two
+    runs never append to the same prediction files; the holder's pid is in the file for the message."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            holder = self.file.read().strip() or "another process"
+            self.file.close()
+            raise ValueError(f"{self.path.parent} is in use by another evaluation ({holder}): wait for it to "
+                             f"finish, or choose another --out") from None
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(f"pid {os.getpid()}")
+        self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
 def claim_output_folder(out: Path, identity: dict, overwrite: bool) -> None:
     """Record what makes this folder's predictions; a rerun with anything else is refused rather than mixed
     with them (or, with --overwrite, the old predictions go first)."""
@@ -425,16 +455,22 @@ def check_run(run: EvalRun) -> None:
 
 
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
-    """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/)."""
+    """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/).
+    Options are checked first; the output folder is then held for the whole run."""
+    check_run(run)
+    if not Path(run.data).is_dir():
+        raise FileNotFoundError(f"data directory not found: {run.data}")
+    with _FolderLock(Path(run.out)):
+        return _evaluate(run, progress)
+
+
+def _evaluate(run: EvalRun, progress: bool) -> dict:
     from gbtrain import reports
     from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend, VLLMMemory, judge_from_spec
     from gbtrain.parsing import normalize_items
     from gbtrain.scoring import item_boxes, scorer_sha256
 
-    check_run(run)
     data = Path(run.data)
-    if not data.is_dir():
-        raise FileNotFoundError(f"data directory not found: {data}")
     local = Path(run.model).is_dir()
     hub_id = not run.model.startswith(("/", ".", "~")) and run.model.count("/") == 1
     if run.backend in ("vllm", "hf") and not local and not hub_id:

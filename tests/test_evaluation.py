@@ -312,3 +312,22 @@ def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goe
     assert all("400" in ln["error"] and ln["response"] == "" for ln in refused)
     errors = report["settings"]["L2-af"]["generation_errors"]
     assert errors["count"] == len(refused) and set(errors["examples"]) == {ln["id"] for ln in refused}
+
+
+def test_a_second_evaluation_into_a_busy_folder_is_refused(synth_dir, tmp_path):
+    """Two runs appending to the same prediction files would interleave; the second is told who holds it."""
+    import fcntl
+
+    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+
+    out = tmp_path / "ev"
+    out.mkdir()
+    with open(out / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242")
+        held.flush()
+        run = EvalRun(model="m", data=str(synth_dir), out=str(out), backend="openai", base_url="http://127.0.0.1:9/v1",
+                      coords="qwen25")
+        with pytest.raises(ValueError, match=r"in use by another evaluation \(pid 4242\)"):
+            evaluate_checkpoint(run, progress=False)
+    assert not (out / "predictions").exists() and not (out / "run.json").exists()
