@@ -483,7 +483,8 @@ def _evaluate(run: EvalRun, progress: bool) -> dict:
     settings = parse_settings(run.settings, run.three_turn)
     sampling = SamplingOptions(max_tokens=run.max_tokens)
     out = Path(run.out)
-    claim_output_folder(out, run_identity(run, coords, budget), run.overwrite)  # before any model starts
+    identity = run_identity(run, coords, budget)
+    claim_output_folder(out, identity, run.overwrite)  # before any model starts
     tokenizer = None
     memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
     judge = judge_from_spec(run.judge, memory)  # its engine, if any, starts only when first asked
@@ -514,7 +515,8 @@ def _evaluate(run: EvalRun, progress: bool) -> dict:
     meta = {"model": run.model, "backend": run.backend, "coords": coords, "judge": without_credentials(run.judge),
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "max_tokens": run.max_tokens,
             "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(),
-            "limit": run.limit, "structured": run.structured}
+            "limit": run.limit, "structured": run.structured, "data": identity["data"],
+            "annotations_sha256": identity["annotations_sha256"]}
     report = reports.build_report(reports_by_setting, meta, diagnostics)
     reports.write_json(report, out / "report.json")
     (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")

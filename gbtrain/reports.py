@@ -173,8 +173,26 @@ def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxe
 METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
 
 
+def comparison_problems(base: dict, sft: dict) -> list[str]:
+    """Why two reports cannot be compared: other annotations, record limit, judge or scorer, or settings
+    that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
+    problems = [f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}"
+                for key in ("annotations_sha256", "limit", "judge", "scorer_sha256")
+                if base["meta"].get(key) != sft["meta"].get(key)]
+    common = sorted(set(base["settings"]) & set(sft["settings"]))
+    if not common:
+        problems.append("no setting in common")
+    problems += [f"{name}: {base['settings'][name]['n_groups']} vs {sft['settings'][name]['n_groups']} groups"
+                 for name in common if base["settings"][name]["n_groups"] != sft["settings"][name]["n_groups"]]
+    return problems
+
+
 def compare(base: dict, sft: dict) -> tuple[str, list[dict]]:
     """Gains of SFT over base, metric by metric and setting by setting (Markdown and rows)."""
+    problems = comparison_problems(base, sft)
+    if problems:
+        raise ValueError("the reports were not made on the same records and scoring (" + "; ".join(problems)
+                         + "): evaluate both with the same --data, --limit and --judge")
     rows = []
     for name in sorted(set(base["settings"]) & set(sft["settings"])):
         b, s = base["settings"][name], sft["settings"][name]
