@@ -3,19 +3,40 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
 from gbtrain.coords import CHECKPOINT_RECORD, read_checkpoint_record
 
 
-def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto") -> Path:
+def check_base(base: str, adapter: str) -> None:
+    """The adapter's recorded base must be `base`: merged onto other weights of the same shape, it would load and
+    answer, silently wrong. The same folder, the same hub id, or a folder named like the hub id all count."""
+    config = Path(adapter) / "adapter_config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"no adapter_config.json in {adapter}: not a LoRA adapter folder")
+    trained_on = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") or ""
+
+    def same(a: str, b: str) -> bool:
+        if a == b or (Path(a).is_dir() and Path(b).is_dir() and Path(a).resolve() == Path(b).resolve()):
+            return True
+        return Path(a.rstrip("/")).name == Path(b.rstrip("/")).name != ""
+
+    if trained_on and not same(trained_on, base):
+        raise ValueError(f"{adapter} was trained on {trained_on}, not {base}: pass that base (or "
+                         f"--allow-other-base if it holds the same weights under another name)")
+
+
+def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto", allow_other_base: bool = False) -> Path:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
     from gbtrain.modeling import load_processor
 
+    if not allow_other_base:
+        check_base(base, adapter)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
     model = PeftModel.from_pretrained(model, adapter).merge_and_unload()

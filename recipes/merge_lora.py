@@ -9,6 +9,7 @@ falling back to the base; the generation config comes from the base.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from gbtrain.merge import merge_lora
 
@@ -19,8 +20,14 @@ def main() -> None:
     ap.add_argument("--adapter", required=True, help="adapter folder (recipes/sft_qwen.py output_dir)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
+    ap.add_argument("--allow-other-base", action="store_true",
+                    help="merge although --base is not the base recorded in the adapter (same weights, other name)")
     args = ap.parse_args()
-    print(f"merged checkpoint written to {merge_lora(args.base, args.adapter, args.out, args.dtype)}")
+    try:
+        out = merge_lora(args.base, args.adapter, args.out, args.dtype, args.allow_other_base)
+    except (ValueError, OSError) as e:
+        sys.exit(f"merge_lora: {e}")
+    print(f"merged checkpoint written to {out}")
 
 
 if __name__ == "__main__":

@@ -208,3 +208,17 @@ def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tm
     with pytest.raises(ValueError, match="did not record"):
         claim_output_dir(cfg, write=True)
     assert (out / "checkpoint-2").is_dir()  # nothing was touched
+
+
+def test_an_adapter_is_merged_only_onto_its_base(tmp_path):
+    from gbtrain.merge import check_base
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-VL-7B-Instruct"}))
+    check_base("Qwen/Qwen2.5-VL-7B-Instruct", str(adapter))
+    check_base("/models/Qwen2.5-VL-7B-Instruct", str(adapter))  # the hub id downloaded into a folder
+    with pytest.raises(ValueError, match=r"trained on Qwen/Qwen2\.5-VL-7B-Instruct, not Qwen/Qwen2\.5-VL-3B"):
+        check_base("Qwen/Qwen2.5-VL-3B-Instruct", str(adapter))
+    with pytest.raises(FileNotFoundError, match="not a LoRA adapter"):
+        check_base("x", str(tmp_path))
