@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from gbtrain.synth.generate import SynthOptions, generate_dataset
@@ -21,8 +22,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="processes (default: CPU count, at most 8)")
     args = ap.parse_args()
     start = time.perf_counter()
-    levels = generate_dataset(args.out, args.pages, args.seed, SynthOptions(args.wrong_share, args.blank_share),
-                              workers=args.workers)
+    try:
+        levels = generate_dataset(args.out, args.pages, args.seed, SynthOptions(args.wrong_share, args.blank_share),
+                                  workers=args.workers)
+    except (ValueError, OSError) as e:  # bad options, or an output folder that cannot be written
+        sys.exit(f"synth_pages: {e}")
     counts = ", ".join(f"{lvl}: {len(recs)} records" for lvl, recs in sorted(levels.items()))
     print(f"wrote {args.pages} pages to {args.out} in {time.perf_counter() - start:.1f} s ({counts})")
 

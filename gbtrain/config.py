@@ -59,6 +59,15 @@ class BuildConfig:
     workers: int = 2
 
 
+def _interpolations(node, prefix: str = "") -> list[str]:
+    """Keys whose value is an OmegaConf interpolation such as ${oc.env:TOKEN}."""
+    if isinstance(node, dict):
+        return [k for key, v in node.items() for k in _interpolations(v, f"{prefix}{key}.")]
+    if isinstance(node, list):
+        return [k for i, v in enumerate(node) for k in _interpolations(v, f"{prefix}{i}.")]
+    return [prefix.rstrip(".")] if isinstance(node, str) and "${" in node else []
+
+
 def load_config(schema: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Defaults of `schema`, then the YAML file, then `key=value` overrides; checked for missing values."""
     try:
@@ -70,6 +79,11 @@ def load_config(schema: type[T], path: str | Path | None = None, overrides: list
             if bad:
                 raise ValueError(f"overrides must be key=value, got {bad}")
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+        interpolated = _interpolations(OmegaConf.to_container(cfg, resolve=False))
+        if interpolated:
+            raise ValueError(f"{', '.join(interpolated)}: ${{...}} interpolation is not read (a resolved "
+                             f"${{oc.env:...}} secret would be written into the output folder's config); "
+                             f"write the value itself")
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
             raise ValueError(f"missing required config value(s): {', '.join(missing)} (set them in the YAML or "

@@ -26,3 +26,13 @@ def test_errors_are_clear(tmp_path):
         load_config(BuildConfig, None, ["data=x", "out=y", "target_count=many"])
     with pytest.raises(ValueError, match="key=value"):
         load_config(BuildConfig, None, ["data"])
+
+
+def test_interpolation_is_refused_so_no_secret_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("GB_SECRET_TOKEN", "sk-never-written")
+    path = tmp_path / "c.yaml"
+    path.write_text("data: d\nout: o\ntokenizer: ${oc.env:GB_SECRET_TOKEN}\n")
+    with pytest.raises(ValueError, match=r"tokenizer: \$\{\.\.\.\} interpolation is not read"):
+        load_config(BuildConfig, path, [])
+    with pytest.raises(ValueError, match=r"mix\.levels\.L1: "):
+        load_config(BuildConfig, None, ["data=x", "out=y", "mix.levels.L1=${oc.env:GB_SECRET_TOKEN}"])

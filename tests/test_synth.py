@@ -141,3 +141,16 @@ def test_the_built_wheel_generates_a_page(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert list((tmp_path / "pages" / "images" / "L3").rglob("*.jpg"))
+
+
+@pytest.mark.parametrize("args", [["--pages", "0"], ["--wrong-share", "0.01"], ["--workers", "0"],
+                                  ["--out", "/proc/no-such-place/x"]])
+def test_synth_pages_bad_options_end_in_one_line(tmp_path, args):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "data_builders" / "synth_pages.py"), "--out", str(tmp_path / "o"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and last.startswith("synth_pages: ") and "Traceback" not in proc.stderr

@@ -176,6 +176,8 @@ def generate_dataset(out: str | Path, pages: int, seed: int = 0, options: SynthO
                      workers: int | None = None, progress: bool = True) -> dict[str, list[Record]]:
     """Write `pages` synthetic pages in the GradingBench layout under `out`; return the records."""
     out = Path(out)
+    if pages < 1 or (workers is not None and workers < 1):
+        raise ValueError(f"pages ({pages}) and workers ({workers}) must be at least 1")
     workers = workers or min(os.cpu_count() or 1, 8)
     jobs = [(seed, i, options, str(out)) for i in range(pages)]
     if workers > 1:
