@@ -93,7 +93,7 @@ class VLLMMemory:
     gpu_memory_utilization: float = 0.9
 
     def __post_init__(self):
-        if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:  # NaN included
             raise ValueError(f"kv_cache_gib must be positive, got {self.kv_cache_gib}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
