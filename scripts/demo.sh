@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole recipe on a CPU in about 15 minutes, from nothing: environment, a tiny Qwen2.5-VL,
+# The whole recipe on a CPU in about 15-18 minutes, from nothing: environment, a tiny Qwen2.5-VL,
 # synthetic exam pages, SFT conversations, base-model evaluation (vLLM), fine-tuning through
 # `accelerate launch`, evaluation of the fine-tuned checkpoint, the gains, and how much of the fine-tuned
 # model's skill comes from the pixels (its loss with real vs. blank images).
