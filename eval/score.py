@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     try:  # options first: a bad radius or pixel budget must not score a file as 0.0 with exit 0
-        opts = ScoreOptions(args.level, args.mode, args.coords, args.min_pixels, args.max_pixels,
+        opts = ScoreOptions(args.level, args.mode, args.coords, PixelBudget(args.min_pixels, args.max_pixels),
                             args.match_radius, args.exclude_other, args.allow_duplicates, args.judge)
         judge = judge_from_spec(args.judge, VLLMMemory(args.kv_cache_gib, args.gpu_memory_utilization))
         loaded = load_level(args.data, args.level, lenient=args.lenient)

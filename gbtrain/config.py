@@ -20,17 +20,6 @@ T = TypeVar("T")
 
 
 @dataclass
-class VisionConfig:
-    """Image pixel budget (Qwen2.5-VL smart resize); defaults are the GradingBench reference runs."""
-
-    min_pixels: int = 224 * 224
-    max_pixels: int = 2200 * 28 * 28
-
-    def budget(self) -> PixelBudget:
-        return PixelBudget(self.min_pixels, self.max_pixels)
-
-
-@dataclass
 class MixConfig:
     """Shares of the conversations by level and mode, and the share that is three-turn."""
 
@@ -48,7 +37,7 @@ class BuildConfig:
     target_count: int = 10_000
     seed: int = 0
     coords: str = "qwen25"
-    vision: VisionConfig = field(default_factory=VisionConfig)
+    vision: PixelBudget = field(default_factory=PixelBudget)  # min/max pixels, checked when loaded
     max_length: int = 8192  # tokens, image included; longer conversations are dropped and counted
     tokenizer: str | None = None  # model or tokenizer folder for exact lengths; None = estimate
     validation_share: float = 0.05  # of pages
@@ -135,7 +124,7 @@ class TrainConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     freeze: FreezeSettings = field(default_factory=FreezeSettings)
     lr: LearningRates = field(default_factory=LearningRates)
-    vision: VisionConfig | None = None  # None: the dataset's (it must match the one the boxes were built with)
+    vision: PixelBudget | None = None  # None: the dataset's (it must match the one the boxes were built with)
     max_length: int = 8192  # longer samples are rejected before training, counted, never truncated
     packing: bool = True  # padding-free packing into rows of pack_tokens; False: padded, length-grouped
     pack_tokens: int = 16384

@@ -258,8 +258,7 @@ class Evaluator:
         return read_predictions(path) if path.exists() else Predictions({})
 
     def score_options(self, s: Setting, match_radius: float = 1.0) -> ScoreOptions:
-        return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget.min_pixels,
-                            self.opts.budget.max_pixels, match_radius)
+        return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget, match_radius)
 
     def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
         report = score(self.records(s.level), self.predictions(s), self.score_options(s, match_radius), judge)
@@ -303,7 +302,7 @@ def run_diagnostics(ev: Evaluator) -> dict:
     records = ev.records("L1")
     coords, budget, sampling = ev.opts.coords, ev.opts.budget, ev.opts.sampling
     images = {r.record_id: ev.image(r) for r in records}
-    opts = ScoreOptions("L1", "answer-based", coords, budget.min_pixels, budget.max_pixels)
+    opts = ScoreOptions("L1", "answer-based", coords, budget)
     replies = ev.backend.chat([[message(prompts.diag_locate(coords), images[r.record_id])] for r in records],
                                sampling)
     located = Predictions({r.record_id: reply for r, reply in zip(records, replies, strict=True)})

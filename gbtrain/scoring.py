@@ -34,8 +34,7 @@ class ScoreOptions:
     level: str
     mode: str  # answer-free | answer-based
     coords: str
-    min_pixels: int = PixelBudget().min_pixels
-    max_pixels: int = PixelBudget().max_pixels
+    budget: PixelBudget = PixelBudget()
     match_radius: float = 1.0
     exclude_other: bool = False  # drop groups labelled other than right/wrong from the denominator
     allow_duplicates: bool = False
@@ -46,11 +45,7 @@ class ScoreOptions:
             raise ValueError(f"level {self.level!r} / mode {self.mode!r}: choose L1-L3 and answer-free/answer-based")
         if not (math.isfinite(self.match_radius) and self.match_radius > 0):
             raise ValueError(f"match radius {self.match_radius!r}: must be a positive number")
-        from_model([0, 0, 1, 1], 1, 1, self.coords, self.budget)  # raises on an unknown convention or budget
-
-    @property
-    def budget(self) -> PixelBudget:
-        return PixelBudget(self.min_pixels, self.max_pixels)
+        from_model([0, 0, 1, 1], 1, 1, self.coords, self.budget)  # raises on an unknown convention
 
 
 class PredictionsError(ValueError):

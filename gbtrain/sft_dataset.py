@@ -99,7 +99,6 @@ def _check_config(cfg: BuildConfig) -> None:
                             ("workers", cfg.workers, 1), ("l2_margin", cfg.l2_margin, 0)):
         if not (math.isfinite(value) and value >= low):
             raise ValueError(f"{key}={value!r}: must be at least {low}")
-    cfg.vision.budget()  # raises on a bad pixel budget
 
 
 class LengthCounter:
@@ -181,7 +180,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     if out_abs == data_abs or data_abs in out_abs.parents or out_abs in data_abs.parents:
         # the build replaces OUT/images and the split folders: it must never share a tree with its source
         raise ValueError(f"out {out} and data {data_dir} overlap: write the SFT set to a folder of its own")
-    budget = cfg.vision.budget()
+    budget = cfg.vision
     loaded = annotations.load_dataset(data_dir, lenient=cfg.lenient)
     records_by_level = {lvl: ld.records for lvl, ld in loaded.items()}
     plan = plan_mix(records_by_level, cfg)

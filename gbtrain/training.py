@@ -12,7 +12,7 @@ import torch
 from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
-from gbtrain.config import TrainConfig, VisionConfig, to_yaml
+from gbtrain.config import TrainConfig, to_yaml
 from gbtrain.coords import PixelBudget, write_checkpoint_record
 from gbtrain.modeling import (
     check_options,
@@ -37,7 +37,7 @@ def resolve_budget(cfg: TrainConfig) -> PixelBudget:
     built = dataset_pixel_budget(cfg.dataset)
     if cfg.vision is None:
         return built
-    wanted = PixelBudget(cfg.vision.min_pixels, cfg.vision.max_pixels)
+    wanted = cfg.vision
     if built != wanted:
         raise ValueError(f"vision {wanted} differs from the dataset's {built} ({cfg.dataset}/build_config.yaml): "
                          f"its boxes were computed for that budget; rebuild the data or drop the vision override")
@@ -228,7 +228,7 @@ def train(cfg: TrainConfig) -> dict:
     """Run the recipe; returns a summary (also written to OUTPUT_DIR/train_summary.json on the main process)."""
     check_options(cfg)
     budget = resolve_budget(cfg)
-    cfg.vision = VisionConfig(budget.min_pixels, budget.max_pixels)
+    cfg.vision = budget
     claim_output_dir(cfg, write=int(os.environ.get("RANK", "0")) == 0)  # every rank checks, the first records
     processor = load_processor(cfg.model, budget)
     datasets, sources, stats = build_datasets(cfg, processor, budget)

@@ -46,12 +46,13 @@ def synth_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
     """A small built SFT dataset (test pixel budget, exact lengths with the tiny tokenizer)."""
-    from gbtrain.config import BuildConfig, MixConfig, VisionConfig
+    from gbtrain.config import BuildConfig, MixConfig
+    from gbtrain.coords import PixelBudget
     from gbtrain.sft_dataset import build_sft_dataset
 
     out = tmp_path_factory.mktemp("sft-train") / "data"
     cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=160, seed=3, validation_share=0.2,
-                      test_share=0.1, vision=VisionConfig(TEST_MIN_PIXELS, TEST_MAX_PIXELS), max_length=4096,
+                      test_share=0.1, vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS), max_length=4096,
                       tokenizer=str(tiny_model_dir), mix=MixConfig(three_turn=0.25), workers=2)
     build_sft_dataset(cfg, progress=False)
     return out

@@ -1,6 +1,7 @@
 import pytest
 
 from gbtrain.config import BuildConfig, load_config
+from gbtrain.coords import PixelBudget
 
 
 def test_defaults_yaml_and_overrides(tmp_path):
@@ -8,7 +9,7 @@ def test_defaults_yaml_and_overrides(tmp_path):
     path.write_text("data: d\nout: o\ntarget_count: 50\nmix:\n  three_turn: 0.5\n")
     cfg = load_config(BuildConfig, path, ["vision.max_pixels=401408", "mix.levels.L1=0.2", "seed=3"])
     assert (cfg.data, cfg.target_count, cfg.seed, cfg.mix.three_turn) == ("d", 50, 3, 0.5)
-    assert cfg.vision.max_pixels == 401408 and cfg.vision.budget().max_pixels == 401408
+    assert cfg.vision == PixelBudget(50176, 401408)
     assert cfg.mix.levels["L1"] == 0.2 and cfg.mix.levels["L3"] == 0.15
 
 
@@ -36,3 +37,9 @@ def test_interpolation_is_refused_so_no_secret_is_written(tmp_path, monkeypatch)
         load_config(BuildConfig, path, [])
     with pytest.raises(ValueError, match=r"mix\.levels\.L1: "):
         load_config(BuildConfig, None, ["data=x", "out=y", "mix.levels.L1=${oc.env:GB_SECRET_TOKEN}"])
+
+
+def test_a_bad_pixel_budget_is_refused_when_the_config_loads():
+    for overrides in (["vision.min_pixels=0"], ["vision.min_pixels=90000", "vision.max_pixels=1000"]):
+        with pytest.raises(ValueError, match="min_pixels"):
+            load_config(BuildConfig, None, ["data=x", "out=y", *overrides])

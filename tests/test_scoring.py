@@ -151,7 +151,7 @@ def test_coordinate_conventions(coords):
     budget = PixelBudget(28 * 28 * 4, 28 * 28 * 500)
     rec = page()
     items = [dict(it, bbox_2d=to_model(Box(*it["bbox_2d"]), W, H, coords, budget)) for it in PERFECT]
-    r = run([rec], {"p1": items}, coords=coords, min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
+    r = run([rec], {"p1": items}, coords=coords, budget=budget)
     assert r["accuracy"] == 1 and r["map_20_50"] == 100
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import run_script
 
-from gbtrain.config import TrainConfig, VisionConfig
+from gbtrain.config import TrainConfig
+from gbtrain.coords import PixelBudget
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
@@ -178,7 +179,7 @@ def test_vision_must_match_the_dataset(sft_dir, tiny_model_dir):
     from gbtrain.training import resolve_budget
 
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="o",
-                      vision=VisionConfig(224 * 224, 2200 * 28 * 28))
+                      vision=PixelBudget(224 * 224, 2200 * 28 * 28))
     with pytest.raises(ValueError, match="differs from the dataset"):
         resolve_budget(cfg)
     cfg.vision = None
@@ -188,12 +189,12 @@ def test_vision_must_match_the_dataset(sft_dir, tiny_model_dir):
 def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tmp_path):
     """A new run into another run's output_dir would continue, mix or (save_total_limit) delete its
     checkpoints: refused, naming what differs; the same run continues only with --resume."""
-    from gbtrain.config import TrainConfig, VisionConfig
+    from gbtrain.config import TrainConfig
     from gbtrain.training import claim_output_dir
 
     out = tmp_path / "run"
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir=str(out),
-                      vision=VisionConfig(28 * 28 * 4, 28 * 28 * 256))
+                      vision=PixelBudget(28 * 28 * 4, 28 * 28 * 256))
     claim_output_dir(cfg, write=True)
     (out / "checkpoint-2").mkdir()
     with pytest.raises(ValueError, match=r"this run's work \(checkpoint-2\): pass --resume"):
