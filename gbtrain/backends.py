@@ -295,8 +295,8 @@ class HFBackend:
     def encode(self, conversations: list[list[dict]]):
         """Model inputs of one batch: chat template, image tokens at the budget, left padding."""
         return self.processor.apply_chat_template(conversations, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=True, return_tensors="pt", padding=True,
-                                                  **self.chat_template_kwargs)
+                                                  return_dict=True, return_tensors="pt",
+                                                  processor_kwargs={"padding": True}, **self.chat_template_kwargs)
 
     def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[list[int]]:
         """Generated token ids per conversation (up to and including the stop token)."""

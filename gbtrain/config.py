@@ -7,6 +7,7 @@ The ``vision`` section is the one min/max-pixels setting that builder, trainer a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,19 @@ class BuildConfig:
     l2_margin: float = 0.02
     lenient: bool = False  # skip bad records (counted and listed) instead of stopping
     workers: int = 2
+
+
+def below_minimum(values: dict[str, tuple[float, float]], sep: str = "=") -> list[str]:
+    """`name{sep}value: must be at least low` for each (value, low) that is NaN, infinite or too small: the
+    range check every tool runs on its options before any work."""
+    return [f"{name}{sep}{value!r}: must be at least {low:g}" for name, (value, low) in values.items()
+            if not (math.isfinite(value) and value >= low)]
+
+
+def identity_differences(recorded: dict, identity: dict) -> list[str]:
+    """`key: old there, new now` for each key where an output folder's recorded identity (what made its
+    work) differs from the current run's: the one comparison behind every "made otherwise" refusal."""
+    return [f"{k}: {recorded.get(k)!r} there, {v!r} now" for k, v in identity.items() if recorded.get(k) != v]
 
 
 def _interpolations(node, prefix: str = "") -> list[str]:

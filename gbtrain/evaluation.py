@@ -23,6 +23,7 @@ from tqdm import tqdm
 from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
 from gbtrain.backends import Backend, SamplingOptions, message, without_credentials
+from gbtrain.config import below_minimum, identity_differences
 from gbtrain.conversations import references, regions_to_grade
 from gbtrain.coords import PixelBudget, convention_for_model, read_checkpoint_record, to_model
 from gbtrain.parsing import parse_response
@@ -261,22 +262,12 @@ class Evaluator:
         return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget, match_radius)
 
     def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
-        report = score(self.records(s.level), self.predictions(s), self.score_options(s, match_radius), judge)
-        return report | {"generation_errors": self.generation_errors(s)}
-
-    def generation_errors(self, s: Setting) -> dict:
-        """Records whose line carries an error (prompt too long, endpoint refused): scored as failures."""
-        path, errors = self.predictions_path(s), {}
-        if path.exists():
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                    except ValueError:
-                        continue  # a torn last line, repaired by the next run
-                    if row.get("error"):
-                        errors[str(row.get("id"))] = str(row["error"])[:300]
-        return {"count": len(errors), "examples": dict(list(errors.items())[:5])}
+        """The setting's report, plus the records whose line carries an error (prompt too long, endpoint
+        refused): they are scored as failures and counted here."""
+        predictions = self.predictions(s)
+        report = score(self.records(s.level), predictions, self.score_options(s, match_radius), judge)
+        errors = predictions.errors
+        return report | {"generation_errors": {"count": len(errors), "examples": dict(list(errors.items())[:5])}}
 
 
 def merge_turns(turns: list[str]) -> str:
@@ -425,11 +416,10 @@ def claim_output_folder(out: Path, identity: dict, overwrite: bool) -> None:
     path = out / RUN_RECORD
     if path.is_file():
         recorded = json.loads(path.read_text(encoding="utf-8"))
-        differs = {k: (recorded.get(k), v) for k, v in identity.items() if recorded.get(k) != v}
+        differs = identity_differences(recorded, identity)
         if differs and not overwrite:
-            shown = "; ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in differs.items())
-            raise ValueError(f"{out} holds predictions made otherwise ({shown}): choose another --out, or pass "
-                             f"--overwrite to discard them")
+            raise ValueError(f"{out} holds predictions made otherwise ({'; '.join(differs)}): choose another "
+                             f"--out, or pass --overwrite to discard them")
         if differs:
             shutil.rmtree(out / "predictions", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -447,8 +437,7 @@ def check_run(run: EvalRun) -> None:
     for key in ("limit", "min_pixels", "max_pixels", "kv_cache_gib"):
         if getattr(run, key) is not None:
             at_least[key] = (getattr(run, key), 1e-9 if key == "kv_cache_gib" else 1)
-    bad = [f"--{k.replace('_', '-')} {v!r}: must be at least {low:g}" for k, (v, low) in at_least.items()
-           if not (v == v and v >= low)]  # v == v is False for NaN
+    bad = below_minimum({f"--{k.replace('_', '-')}": v for k, v in at_least.items()}, sep=" ")
     if bad:
         raise ValueError("; ".join(bad))
 

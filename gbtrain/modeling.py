@@ -8,11 +8,10 @@ Qwen2.5-VL in transformers 5: ``model.model.visual`` (vision blocks + ``merger``
 from __future__ import annotations
 
 import importlib.util
-import math
 
 import torch
 
-from gbtrain.config import TrainConfig
+from gbtrain.config import TrainConfig, below_minimum
 from gbtrain.coords import PixelBudget
 
 VISION, MERGER, LLM = "vision_tower", "merger", "llm"
@@ -52,8 +51,7 @@ def _range_problems(cfg: TrainConfig) -> list[str]:
     for key in ("limit_train_samples", "limit_eval_samples"):
         if getattr(cfg, key) is not None:
             at_least[key] = (getattr(cfg, key), 1)
-    problems = [f"{key}={value!r}: must be a number >= {low:g}" for key, (value, low) in at_least.items()
-                if not (math.isfinite(value) and value >= low)]
+    problems = below_minimum(at_least)
     if not (0 <= cfg.lora.dropout < 1):
         problems.append(f"lora.dropout={cfg.lora.dropout!r}: must be in [0, 1)")
     if not (0 <= cfg.warmup_ratio <= 1):

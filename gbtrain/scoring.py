@@ -56,12 +56,14 @@ class PredictionsError(ValueError):
 class Predictions:
     responses: dict[str, str]
     duplicates: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # id -> why no reply was generated (the evaluator's)
 
 
 def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predictions:
     """Read P.jsonl ({"id", "response"} per line). Duplicated ids are an error unless allowed (then the
     last line wins and they are listed)."""
     responses: dict[str, str] = {}
+    errors: dict[str, str] = {}
     dups: list[str] = []
     # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read.
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -80,11 +82,13 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
             response = row.get("response")
             responses[rid] = response if isinstance(response, str) else ("" if response is None else json.dumps(
                 response, ensure_ascii=False))
+            if row.get("error"):
+                errors[rid] = str(row["error"])[:300]
     if dups and not allow_duplicates:
         shown = ", ".join(sorted(set(dups))[:20])
         raise PredictionsError(f"{path}: {len(set(dups))} duplicated id(s): {shown} (use --allow-duplicates to keep "
                                f"the last line of each)")
-    return Predictions(responses, sorted(set(dups)))
+    return Predictions(responses, sorted(set(dups)), errors)
 
 
 def cer(prediction: str, reference: str) -> float:

@@ -25,7 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from gbtrain import annotations
-from gbtrain.config import BuildConfig, to_yaml
+from gbtrain.config import BuildConfig, below_minimum, to_yaml
 from gbtrain.conversations import Conversation, build_conversation, with_image_placeholder
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.prompts import MODES
@@ -95,10 +95,10 @@ def _check_config(cfg: BuildConfig) -> None:
         raise ValueError(f"mix.three_turn must be in [0, 1], got {cfg.mix.three_turn}")
     if not (0 <= cfg.validation_share < 1 and 0 <= cfg.test_share < 1 and cfg.validation_share + cfg.test_share < 1):
         raise ValueError("validation_share and test_share must be >= 0 and sum to less than 1")
-    for key, value, low in (("target_count", cfg.target_count, 1), ("max_length", cfg.max_length, 1),
-                            ("workers", cfg.workers, 1), ("l2_margin", cfg.l2_margin, 0)):
-        if not (math.isfinite(value) and value >= low):
-            raise ValueError(f"{key}={value!r}: must be at least {low}")
+    bad = below_minimum({"target_count": (cfg.target_count, 1), "max_length": (cfg.max_length, 1),
+                         "workers": (cfg.workers, 1), "l2_margin": (cfg.l2_margin, 0)})
+    if bad:
+        raise ValueError("; ".join(bad))
 
 
 class LengthCounter:

@@ -12,7 +12,7 @@ import torch
 from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
-from gbtrain.config import TrainConfig, to_yaml
+from gbtrain.config import TrainConfig, identity_differences, to_yaml
 from gbtrain.coords import PixelBudget, write_checkpoint_record
 from gbtrain.modeling import (
     check_options,
@@ -203,10 +203,10 @@ def claim_output_dir(cfg: TrainConfig, write: bool) -> None:
                                                                (out / "train_summary.json").exists() else [])
     if record.is_file():
         recorded = json.loads(record.read_text(encoding="utf-8"))
-        differs = {k: (recorded.get(k), v) for k, v in identity.items() if recorded.get(k) != v}
+        differs = identity_differences(recorded, identity)
         if differs:
-            shown = "; ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in list(differs.items())[:6])
-            raise ValueError(f"output_dir {out} holds a run made otherwise ({shown}): choose another output_dir")
+            raise ValueError(f"output_dir {out} holds a run made otherwise ({'; '.join(differs[:6])}): choose "
+                             f"another output_dir")
         if work and not cfg.resume:
             raise ValueError(f"output_dir {out} holds this run's work ({', '.join(work[:5])}): pass --resume to "
                              f"continue it, or choose another output_dir")

@@ -132,6 +132,7 @@ def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
     hf = HFBackend(str(tiny_model_dir), BUDGET, batch_size=5)
     expected = hf.generate([[message(p, gray(w, h))] for p, (w, h) in zip(prompts, sizes, strict=True)],
                            SamplingOptions(max_tokens=8))
+    assert len({tuple(t) for t in expected}) > 1  # distinct replies, so a mixed-up order would show
     assert tokens == expected
 
 
