@@ -139,3 +139,25 @@ def test_random_init_uses_the_architecture_only(tiny_model_dir):
 def test_out_of_range_training_options_are_named(tiny_model_dir, option, key):
     with pytest.raises(ValueError, match=f"{key}="):
         check_options(cfg(tiny_model_dir, **option))
+
+
+def test_packed_copies_get_identical_logits_without_extra_keywords(tiny_model_dir, budget):
+    """The cache guard: a model from `load_model`, called as any caller would (no use_cache=False), must
+    keep packed samples apart; with transformers 5's text_config.use_cache left True, the second copy
+    attends across the pack boundary."""
+    from PIL import Image
+
+    from gbtrain.collator import GradingCollator, RopeIndex
+    from gbtrain.modeling import load_model, load_processor
+
+    model = load_model(cfg(tiny_model_dir)).eval()
+    sample = {"messages": [{"role": "user", "content": "Grade the page."},
+                           {"role": "assistant", "content": '[{"bbox_2d": [1, 2, 3, 4], "text": "12"}]'}],
+              "images": [Image.new("RGB", (300, 200), (180, 180, 180))]}
+    packed = GradingCollator(load_processor(tiny_model_dir, budget), 4096, packing=True,
+                             rope_index=RopeIndex(model.config))([sample, sample])
+    with torch.no_grad():
+        logits = model(**packed).logits[0]
+    half = logits.shape[0] // 2
+    assert packed["input_ids"].shape[1] == 2 * half
+    assert torch.allclose(logits[:half], logits[half:], atol=1e-5)
