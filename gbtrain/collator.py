@@ -11,7 +11,8 @@ so gbtrain brings its own collator:
 - ``GradingCollator(packing=True)`` concatenates the samples of a pack into ONE row with no padding.
   Position ids are ``[4, 1, L]``: row 0 restarts at 0 for every sample (transformers builds a
   block-diagonal causal mask from it for sdpa/eager/flex, and flash-attention uses varlen), rows 1-3
-  are each sample's mRoPE ids from the model's own ``get_rope_index``.
+  are each sample's mRoPE ids from the model's own ``get_rope_index``. With ``seq_lens=True`` a packed
+  row also carries its samples' lengths for the flash-attn varlen kernel (gbtrain.attention).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gbtrain.attention import SEQ_LENS_KEY
 from gbtrain.conversations import with_image_placeholder
 
 IGNORE_INDEX = -100
@@ -121,7 +123,7 @@ class GradingCollator:
     `source`, the dataset the packs were planned over)."""
 
     def __init__(self, processor, max_length: int, packing: bool = False, rope_index: RopeIndex | None = None,
-                 pad_to_multiple_of: int | None = None, source=None):
+                 pad_to_multiple_of: int | None = None, source=None, seq_lens: bool = False):
         if packing and rope_index is None:
             raise ValueError("packing needs the model's rope index (RopeIndex(model.config))")
         self.source = source
@@ -131,6 +133,7 @@ class GradingCollator:
         self.packing = packing
         self.rope_index = rope_index
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.seq_lens = seq_lens  # packed rows also carry their samples' lengths (flash-attn varlen)
 
     def encode_all(self, examples: list[dict]) -> list[EncodedSample]:
         flat = []
@@ -181,6 +184,7 @@ class GradingCollator:
             "mm_token_type_ids": torch.cat([s.mm_token_type_ids for s in samples])[None],
             "position_ids": torch.cat([text_pos[None], mrope])[:, None, :],
             **self._vision(samples),
+            **({SEQ_LENS_KEY: [len(s) for s in samples]} if self.seq_lens else {}),
         }
 
 

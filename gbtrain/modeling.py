@@ -11,6 +11,7 @@ import importlib.util
 
 import torch
 
+from gbtrain.attention import attn_implementation_for, precompute_varlen_kwargs
 from gbtrain.config import TrainConfig, below_minimum
 from gbtrain.coords import PixelBudget
 
@@ -76,7 +77,8 @@ def check_options(cfg: TrainConfig) -> None:
         problems.append("attn_implementation=flash_attention_2 needs a CUDA GPU and the flash-attn package; "
                         "use sdpa")
     if cfg.attn_implementation == "flex_attention" and not gpu:
-        problems.append("attn_implementation=flex_attention is a GPU option here; use sdpa on CPU")
+        problems.append("attn_implementation=flex_attention trains on a CUDA GPU only (PyTorch's flex attention has "
+                        "no backward on CPU); use sdpa")
     if cfg.liger and not (gpu and importlib.util.find_spec("liger_kernel")):
         problems.append("liger=true needs a CUDA GPU and the liger-kernel package")
     if cfg.finetune not in ("lora", "full", "qlora"):
@@ -104,10 +106,11 @@ def load_model(cfg: TrainConfig):
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     dtype = train_dtype(cfg)
+    attn = attn_implementation_for(cfg.attn_implementation)
     if cfg.model_init == "random":
         config = AutoConfig.from_pretrained(cfg.model)
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
-                                                        attn_implementation=cfg.attn_implementation)
+                                                        attn_implementation=attn)
     else:
         kwargs = {}
         if cfg.finetune == "qlora":
@@ -117,7 +120,7 @@ def load_model(cfg: TrainConfig):
                 load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
                 bnb_4bit_use_double_quant=True, llm_int8_skip_modules=["visual", "lm_head"])
         model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype,
-                                                            attn_implementation=cfg.attn_implementation, **kwargs)
+                                                            attn_implementation=attn, **kwargs)
     # Packed rows need the block-diagonal mask, which transformers builds only without a KV cache; the
     # language model of transformers 5 reads its own text_config, so both are switched off.
     model.config.use_cache = False
@@ -161,6 +164,8 @@ def setup_model(cfg: TrainConfig, fp32_trainable: bool = True):
     bf16 autocast): AdamW steps of ~1e-5 relative size round to nothing in bf16. DeepSpeed keeps fp32
     master weights itself, so the recipe passes False under it."""
     model = load_model(cfg)
+    if cfg.attn_implementation == "flash_attention_2" and cfg.packing:
+        precompute_varlen_kwargs(model)
     if cfg.finetune == "full":
         apply_freezing(model, cfg)
     else:

@@ -240,7 +240,8 @@ def train(cfg: TrainConfig) -> dict:
     stats["zero3_partitioned_at_load"] = any(hasattr(p, "ds_id") for p in model.parameters())
     rope = RopeIndex(model.config if not hasattr(model, "peft_config") else model.base_model.model.config)
     collators = {split: GradingCollator(processor, cfg.max_length, packing=cfg.packing,
-                                        rope_index=rope if cfg.packing else None, source=sources[split])
+                                        rope_index=rope if cfg.packing else None, source=sources[split],
+                                        seq_lens=cfg.attn_implementation == "flash_attention_2")
                  for split in ("train", "eval")}
     n_llm = llm_parameter_count(model)
     meter = ThroughputMeter((6 if cfg.finetune == "full" else 4) * n_llm,

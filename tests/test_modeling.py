@@ -23,7 +23,7 @@ def cfg(tiny_model_dir, **kw):
 @pytest.mark.parametrize(("option", "message"), [
     ({"precision": "bf16"}, "precision=bf16 needs a CUDA GPU"),
     ({"attn_implementation": "flash_attention_2"}, "flash_attention_2 needs a CUDA GPU"),
-    ({"attn_implementation": "flex_attention"}, "flex_attention is a GPU option"),
+    ({"attn_implementation": "flex_attention"}, "flex_attention trains on a CUDA GPU only"),
     ({"liger": True}, "liger=true needs a CUDA GPU"),
     ({"finetune": "qlora"}, "finetune=qlora needs a CUDA GPU"),
     ({"finetune": "lora", "freeze": FreezeSettings(vision_tower=False)}, "freeze.vision_tower=false needs"),
