@@ -11,10 +11,9 @@ mix.three_turn, l2_margin, lenient, workers.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
-from gbtrain.annotations import AnnotationError
+from gbtrain.cli import user_errors
 from gbtrain.config import BuildConfig, load_config
 from gbtrain.sft_dataset import build_sft_dataset
 
@@ -31,12 +30,10 @@ def main() -> None:
     overrides += [f"data={args.data}"] if args.data else []
     overrides += [f"out={args.out}"] if args.out else []
     overrides += ["lenient=true"] if args.lenient else []
-    try:
+    with user_errors("build_sft"):
         cfg = load_config(BuildConfig, args.config, overrides)
         start = time.perf_counter()
         stats = build_sft_dataset(cfg)
-    except (AnnotationError, ValueError, FileNotFoundError) as e:
-        sys.exit(f"build_sft: {e}")
     took = time.perf_counter() - start
     print(f"wrote {stats['total']} conversations to {cfg.out} in {took:.1f} s; splits {stats['by']['split']}")
     if stats["dropped_over_max_length"]:

@@ -1,15 +1,32 @@
 """Write a synthetic exam-page dataset in the GradingBench layout (the embedded default data).
 
     python data_builders/synth_pages.py --out runs/synth --pages 700 --seed 0 [--wrong-share 0.3]
+
+The folder records its options in synth_pages.json, written last: a rerun may replace such a folder, and refuses
+one holding any other dataset (or a generation that did not finish).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import json
 import time
+from pathlib import Path
 
+from gbtrain.cli import user_errors
 from gbtrain.synth.generate import SynthOptions, generate_dataset
+
+RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
+
+
+def check_out(out: str) -> None:
+    """Refuse an empty name (it writes into the current folder) and a folder holding annotations this script did
+    not finish writing: a copy of the real data would lose them."""
+    if not out.strip():
+        raise ValueError("--out is empty: name the output folder")
+    if (Path(out) / "annotations").exists() and not (Path(out) / RECORD).exists():
+        raise ValueError(f"{out} already holds a dataset that synth_pages did not finish (no {RECORD}): choose "
+                         f"another --out")
 
 
 def main() -> None:
@@ -22,11 +39,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="processes (default: CPU count, at most 8)")
     args = ap.parse_args()
     start = time.perf_counter()
-    try:
+    with user_errors("synth_pages"):  # bad options, or an output folder that cannot be written
+        check_out(args.out)
         levels = generate_dataset(args.out, args.pages, args.seed, SynthOptions(args.wrong_share, args.blank_share),
                                   workers=args.workers)
-    except (ValueError, OSError) as e:  # bad options, or an output folder that cannot be written
-        sys.exit(f"synth_pages: {e}")
+        record = {k: getattr(args, k) for k in ("pages", "seed", "wrong_share", "blank_share")}
+        (Path(args.out) / RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
     counts = ", ".join(f"{lvl}: {len(recs)} records" for lvl, recs in sorted(levels.items()))
     print(f"wrote {args.pages} pages to {args.out} in {time.perf_counter() - start:.1f} s ({counts})")
 

@@ -7,20 +7,40 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from gbtrain.reports import compare, compare_plot
+from gbtrain.cli import user_errors
+from gbtrain.reports import METRICS, compare, compare_plot
 
 
 def _report(path: str) -> dict:
+    """A report.json with every field compare reads (an older, edited or truncated file is refused, not half-read)."""
     try:
         report = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    if not isinstance(report, dict) or not {"meta", "settings", "table2"} <= set(report):
+        raise ValueError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not _complete(report):
         raise ValueError(f"{path} is not a report.json written by eval/run_eval.py")
     return report
+
+
+def _complete(report) -> bool:
+    def setting_ok(s) -> bool:
+        return (isinstance(s, dict) and {"n_groups", "n_records", "coverage"} <= set(s)
+                and all(isinstance(s.get(m), int | float) and not isinstance(s.get(m), bool) for m in METRICS))
+
+    return (isinstance(report, dict) and isinstance(report.get("meta"), dict) and isinstance(report.get("table2"), dict)
+            and isinstance(report.get("settings"), dict) and all(map(setting_ok, report["settings"].values())))
+
+
+def _output(out: str, inputs: tuple[str, ...]) -> Path:
+    """The Markdown path; it and the plot beside it must not be one of the reports being compared."""
+    md = Path(out)
+    written = {md.resolve(), md.with_suffix(".png").resolve()}
+    clash = [p for p in inputs if Path(p).resolve() in written]
+    if clash:
+        raise ValueError(f"--out {out} would overwrite the input {clash[0]}: choose another --out")
+    return md
 
 
 def main() -> None:
@@ -29,15 +49,13 @@ def main() -> None:
     ap.add_argument("sft")
     ap.add_argument("--out", required=True, help="Markdown file; the plot goes beside it (.png)")
     args = ap.parse_args()
-    try:
+    with user_errors("compare"):
+        out = _output(args.out, (args.base, args.sft))
         base, sft = (_report(p) for p in (args.base, args.sft))
         text, rows = compare(base, sft)
-    except ValueError as e:
-        sys.exit(f"compare: {e}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    compare_plot(rows, out.with_suffix(".png"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        compare_plot(rows, out.with_suffix(".png"))
     print(text)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.annotations import AnnotationError
+from gbtrain.cli import user_errors
 from gbtrain.evaluation import EvalRun, evaluate_checkpoint
 from gbtrain.reports import markdown
 
@@ -49,11 +49,8 @@ def main() -> None:
     ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai backend: variable holding the key")
     ap.add_argument("--concurrency", type=int, default=8, help="openai backend: requests in flight")
     args = ap.parse_args()
-    run = EvalRun(**{k: v for k, v in vars(args).items()})
-    try:
-        report = evaluate_checkpoint(run)
-    except (AnnotationError, FileNotFoundError, ValueError) as e:
-        sys.exit(f"run_eval: {e}")
+    with user_errors("run_eval"):
+        report = evaluate_checkpoint(EvalRun(**vars(args)))
     print(markdown(report))
     for name, rep in report["settings"].items():
         if rep["judge_replies"]["unclear"]:

@@ -5,8 +5,9 @@
         [--judge rule|vllm:MODEL|openai:MODEL[@URL]] [--match-radius 1.0] [--exclude-other] \
         [--allow-duplicates] --out report.json
 
-P.jsonl holds one {"id": <record id>, "response": <raw model text>} per line. Exit codes: 0 scored,
-2 bad predictions (malformed line, duplicated ids) or bad annotations.
+P.jsonl holds one {"id": <record id>, "response": <raw model text>} per line. Exit codes: 0 scored (a response
+that cannot be parsed is counted, with its reason), 2 a bad option, prediction file (malformed line, duplicated
+ids), annotation, judge endpoint or output path (one line on stderr; gbtrain.cli).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 
 from gbtrain.annotations import load_level
 from gbtrain.backends import VLLMMemory, judge_from_spec
+from gbtrain.cli import user_errors
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.schema import LEVELS
 from gbtrain.scoring import ScoreOptions, read_predictions, score, write_report
@@ -40,19 +42,16 @@ def main() -> None:
     ap.add_argument("--lenient", action="store_true", help="skip bad annotation records (listed)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    try:  # options first: a bad radius or pixel budget must not score a file as 0.0 with exit 0
+    with user_errors("score"):  # options first: a bad radius or pixel budget must not score a file as 0.0
         opts = ScoreOptions(args.level, args.mode, args.coords, PixelBudget(args.min_pixels, args.max_pixels),
                             args.match_radius, args.exclude_other, args.allow_duplicates, args.judge)
         judge = judge_from_spec(args.judge, VLLMMemory(args.kv_cache_gib, args.gpu_memory_utilization))
         loaded = load_level(args.data, args.level, lenient=args.lenient)
         preds = read_predictions(args.predictions, allow_duplicates=args.allow_duplicates)
-    except (ValueError, FileNotFoundError) as e:  # AnnotationError and PredictionsError included
-        print(f"score: {e}", file=sys.stderr)
-        sys.exit(2)
-    for problem in loaded.skipped + loaded.warnings:
-        print(f"score: warning: {problem}", file=sys.stderr)
-    report = score(loaded.records, preds, opts, judge)
-    write_report(report, args.out)
+        for problem in loaded.skipped + loaded.warnings:
+            print(f"score: warning: {problem}", file=sys.stderr)
+        report = score(loaded.records, preds, opts, judge)
+        write_report(report, args.out)
     cov, replies = report["coverage"], report["judge_replies"]
     if replies["unclear"]:
         print(f"score: warning: the judge gave {replies['unclear']} of {replies['asked']} replies that are neither "
@@ -61,7 +60,6 @@ def main() -> None:
           f"(localized {report['localized']:.4f}, recognized {report['recognized']:.4f}, "
           f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f}; "
           f"missing {cov['missing']}, unparsable {cov['unparsable']}, unexpected {cov['unexpected']} -> {args.out}")
-
 
 if __name__ == "__main__":
     main()

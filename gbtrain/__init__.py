@@ -15,6 +15,7 @@ Modules, one job each:
   plots, overlays and gains.
 - ``parsing``, ``judges``, ``scoring``: the metric.
 - ``tiny_model``: a tiny, locally built Qwen2.5-VL for CPU tests and the demo.
+- ``cli``: how every entry script ends a user error (one line naming the input, exit code 2).
 """
 
 __version__ = "0.1.0"

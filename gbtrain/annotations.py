@@ -14,6 +14,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from PIL import Image
@@ -122,13 +123,23 @@ def _parse_points(raw, where: str) -> list[tuple[float, float]]:
     return pts
 
 
+def _unicode(text: str, key: str) -> str:
+    """Text that UTF-8 can write: a lone surrogate (an escaped \\ud800 in the JSON) would fail every file it
+    reaches later (predictions, the SFT set, reports)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{key} {text!r:.60} is not valid Unicode text (a lone surrogate)") from None
+    return text
+
+
 def _text(value, key: str) -> str | None:
     """A text field; a number is taken as its text (a transcription "12" may be stored as 12)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"{key} must be text or a number, got {type(value).__name__} {value!r:.60}")
-    return value if isinstance(value, str) else str(value)
+    return _unicode(value, key) if isinstance(value, str) else str(value)
 
 
 def _parse_mark(raw: dict, index: int, unknown_labels: Counter) -> Mark:
@@ -180,7 +191,8 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     rid = raw["id"]
     if isinstance(rid, bool) or not isinstance(rid, str | int) or not str(rid).strip():
         raise ValueError(f"id must be a non-empty string or an integer, got {rid!r:.60}")
-    rel = str(raw["image"])
+    _unicode(str(rid), "id")
+    rel = _unicode(str(raw["image"]), "image")
     _check_image_path(rel)
     width, height = raw["width"], raw["height"]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (width, height)):
@@ -214,6 +226,23 @@ def _jpeg_complete(path: Path) -> bool:
         return b"\xff\xd9" in f.read()
 
 
+@lru_cache(maxsize=4096)
+def _image_size(path: Path, version: tuple[int, int]) -> tuple[int, int]:
+    """(width, height) of an image file whose data is proven whole: a JPEG decoded at 1/8 scale (which still reads
+    every compressed byte, so a broken stream fails here and not in the middle of an evaluation or a training
+    run), a PNG by its chunk checksums. Cached per file version: the L2 records of a page share its file."""
+    with Image.open(path) as im:
+        size = im.size
+        if im.format == "PNG":
+            im.verify()
+        elif im.format == "JPEG":
+            if not _jpeg_complete(path):
+                raise ValueError(f"image {path} is truncated (no JPEG end marker)")
+            im.draft(im.mode, (max(1, size[0] // 8), max(1, size[1] // 8)))
+            im.load()
+    return size
+
+
 def _check_image_file(data_dir: Path, record: Record) -> None:
     path = image_path(data_dir, record)
     root = image_root(data_dir, record.level).resolve()
@@ -221,15 +250,11 @@ def _check_image_file(data_dir: Path, record: Record) -> None:
         raise ValueError(f"image path {record.image!r} leaves {root}")
     if not path.is_file():
         raise ValueError(f"image file not found: {path}")
+    stat = path.stat()
     try:
-        with Image.open(path) as im:
-            size, fmt = im.size, im.format
-            if fmt == "PNG":
-                im.verify()  # chunk CRCs, without decoding the pixels
+        size = _image_size(path, (stat.st_mtime_ns, stat.st_size))
     except (OSError, SyntaxError, Image.DecompressionBombError) as e:
         raise ValueError(f"cannot read image {path}: {e}") from None
-    if fmt == "JPEG" and not _jpeg_complete(path):
-        raise ValueError(f"image {path} is truncated (no JPEG end marker)")
     if size != (record.width, record.height):
         raise ValueError(f"image {path} is {size[0]}x{size[1]}, annotation says {record.width}x{record.height}")
 
@@ -237,6 +262,8 @@ def _check_image_file(data_dir: Path, record: Record) -> None:
 def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check_images: bool = True) -> LoadedLevel:
     """Load and validate one level. Strict: raise AnnotationError on any problem. Lenient: skip, count, list."""
     data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"data directory not found: {data_dir}")
     path = annotation_path(data_dir, level)
     fname = str(path)
     if not path.is_file():
@@ -254,6 +281,7 @@ def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check
     seen: dict[str, int] = {}
     for index, raw in enumerate(raw_records):
         rid = str(raw.get("id")) if isinstance(raw, dict) and "id" in raw else f"#{index}"
+        rid = rid.encode("utf-8", "backslashreplace").decode()  # printable in messages and the card
         try:
             if not isinstance(raw, dict):
                 raise ValueError(f"record {index} is not an object")

@@ -46,6 +46,11 @@ class FailedReply(str):
         return reply
 
 
+class EndpointError(ValueError):
+    """An endpoint failed the whole run, not one record (a bad key, an unknown model, a server down after the
+    client's retries): the user fixes the endpoint or the options, and a rerun resumes what was answered."""
+
+
 class Backend(Protocol):
     name: str
     model: str
@@ -348,6 +353,7 @@ class OpenAIBackend:
         self.chat_template_kwargs = chat_template_kwargs
         self.budget = budget
         url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.url, self.api_key_env = without_credentials(url), api_key_env
         self.openai_itself = "api.openai.com" in url
         self.concurrency = max(1, concurrency)
         self.client = OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
@@ -360,15 +366,22 @@ class OpenAIBackend:
 
     def _one(self, conv: list[dict], sampling: SamplingOptions) -> str:
         """One request. A refusal of this request (400, 413, 422) is a FailedReply; anything else (bad key,
-        unknown model, an endpoint down after the client's retries) stops the run, which resumes later."""
-        from openai import APIStatusError
+        unknown model, an endpoint down after the client's retries) is an EndpointError that stops the run,
+        which resumes later."""
+        from openai import APIConnectionError, APIStatusError
 
         try:
             return self._request(conv, sampling)
         except APIStatusError as e:
             if e.status_code in (400, 413, 422):
                 return FailedReply(f"{e.status_code} {type(e).__name__}: {str(e)[:300]}")
-            raise
+            hint = {401: f"check the API key (${self.api_key_env})", 403: f"check the API key (${self.api_key_env})",
+                    404: "check the model name and the URL"}.get(e.status_code, "a rerun resumes what was answered")
+            raise EndpointError(f"the endpoint {self.url} answered {e.status_code} for model {self.model!r} "
+                                f"({str(e)[:200]}): {hint}") from None
+        except APIConnectionError as e:  # timeouts included, after the client's retries
+            raise EndpointError(f"the endpoint {self.url} cannot be reached ({e}): check the URL; a rerun resumes "
+                                f"what was answered") from None
 
     def _request(self, conv: list[dict], sampling: SamplingOptions) -> str:
         kwargs = dict(model=self.model, messages=self.messages(conv), temperature=sampling.temperature,
@@ -436,6 +449,9 @@ def judge_from_spec(spec: str, memory: VLLMMemory = VLLMMemory()):
     def generate(prompts: list[str]) -> list[str]:
         if not backend:
             backend.append(judge_backend(spec, memory))
-        return backend[0].chat([[message(p)] for p in prompts], sampling)
+        try:
+            return backend[0].chat([[message(p)] for p in prompts], sampling)
+        except EndpointError as e:  # say which endpoint: the judge's, not the evaluated model's
+            raise EndpointError(f"judge {without_credentials(spec)}: {e}") from None
 
     return LLMJudge(generate, name=without_credentials(spec))

@@ -71,12 +71,27 @@ def _interpolations(node, prefix: str = "") -> list[str]:
     return [prefix.rstrip(".")] if isinstance(node, str) and "${" in node else []
 
 
+def load_yaml(path: str | Path):
+    """A YAML config file as an OmegaConf mapping; unreadable, malformed or not a mapping is one ValueError that
+    names the file (yaml's own messages span lines)."""
+    from omegaconf import DictConfig
+    from yaml import YAMLError
+
+    try:
+        loaded = OmegaConf.load(path)
+    except (YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"bad config {path}: {' '.join(str(e).split())}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ValueError(f"bad config {path}: it must be a mapping of keys to values, not a {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(schema: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Defaults of `schema`, then the YAML file, then `key=value` overrides; checked for missing values."""
     try:
         cfg = OmegaConf.structured(schema)
         if path is not None:
-            cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
+            cfg = OmegaConf.merge(cfg, load_yaml(path))
         if overrides:
             bad = [o for o in overrides if "=" not in o]
             if bad:
@@ -92,9 +107,34 @@ def load_config(schema: type[T], path: str | Path | None = None, overrides: list
             raise ValueError(f"missing required config value(s): {', '.join(missing)} (set them in the YAML or "
                              f"as key=value)")
         return OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as e:
+    except OmegaConfBaseException as e:  # its message ends in full_key/object_type lines: the key goes first
         where = f" in {path}" if path else ""
-        raise ValueError(f"bad config{where}: {e}") from e
+        key = f"{e.full_key}: " if getattr(e, "full_key", None) else ""
+        raise ValueError(f"bad config{where}: {key}{str(e).splitlines()[0]}") from e
+
+
+def overlapping(out_name: str, out: str | Path, inputs: dict[str, str | Path]) -> list[str]:
+    """`OUT_NAME X is/lies inside/holds NAME Y` for each input folder that an output folder shares a tree with: a
+    tool that replaces files in its output would overwrite (or mix its work into) its own input. Inputs that are
+    not local folders (hub ids) are skipped."""
+    out_abs = Path(out).resolve()
+    problems = []
+    for name, path in inputs.items():
+        if not path or not Path(path).is_dir():
+            continue
+        src = Path(path).resolve()
+        how = "is" if out_abs == src else "lies inside" if src in out_abs.parents else (
+            "holds" if out_abs in src.parents else None)
+        if how:
+            problems.append(f"{out_name} {out} {how} {name} {path}")
+    return problems
+
+
+def require_model(name: str, what: str = "model") -> None:
+    """A model given as a path must be a folder: transformers would call a missing one a malformed hub id."""
+    hub_id = not name.startswith(("/", ".", "~")) and name.count("/") == 1
+    if not Path(name).is_dir() and not hub_id:
+        raise FileNotFoundError(f"{what} not found: {name} (a folder, or a hub id like Qwen/Qwen2.5-VL-7B-Instruct)")
 
 
 def to_yaml(cfg: Any) -> str:

@@ -22,10 +22,11 @@ from tqdm import tqdm
 
 from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
-from gbtrain.backends import Backend, SamplingOptions, message, without_credentials
-from gbtrain.config import below_minimum, identity_differences
+from gbtrain.backends import Backend, SamplingOptions, VLLMMemory, judge_from_spec, message, without_credentials
+from gbtrain.config import below_minimum, identity_differences, overlapping, require_model
 from gbtrain.conversations import references, regions_to_grade
-from gbtrain.coords import PixelBudget, convention_for_model, read_checkpoint_record, to_model
+from gbtrain.coords import CONVENTIONS, PixelBudget, convention_for_model, read_checkpoint_record, to_model
+from gbtrain.judges import LLMJudge, RuleJudge
 from gbtrain.parsing import parse_response
 from gbtrain.schema import LEVELS, Record
 from gbtrain.scoring import (
@@ -61,6 +62,8 @@ def parse_settings(spec: str, three_turn: bool = False) -> list[Setting]:
         if level not in LEVELS or mode not in MODES:
             raise ValueError(f"unknown setting {name!r}; settings are {', '.join(ALL_SETTINGS)} (or all)")
         out.append(Setting(level, MODES[mode]))
+    if not out:
+        raise ValueError(f"--settings {spec!r} names no setting; settings are {', '.join(ALL_SETTINGS)} (or all)")
     if three_turn:
         out += [Setting(s.level, s.mode, True) for s in list(out)]
     return out
@@ -74,8 +77,11 @@ def default_coords(model: str) -> str:
         return recorded[0]
     cfg = Path(model) / "config.json"
     if cfg.is_file():
-        model_type = json.loads(cfg.read_text()).get("model_type", "")
-        conv = convention_for_model(model_type)
+        try:
+            model_type = json.loads(cfg.read_text(encoding="utf-8")).get("model_type", "")
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{cfg} is not a model config ({e}); pass --coords, or fix the checkpoint") from None
+        conv = convention_for_model(str(model_type))
         if conv:
             return conv
     conv = convention_for_model(model)
@@ -162,16 +168,19 @@ class Evaluator:
         return self.out / "predictions" / f"{s.name}.jsonl"
 
     def done_ids(self, s: Setting) -> set[str]:
+        """Ids already answered. Run after _repair_tail, so every line is whole: a line that cannot be read was
+        not written by an interrupted run, and appending after it would mix it into the report."""
         path = self.predictions_path(s)
         if not path.exists():
             return set()
         ids = set()
-        with open(path, encoding="utf-8") as f:
-            for line in f:
+        with open(path, encoding="utf-8", errors="replace") as f:  # a model's broken bytes are read as U+FFFD
+            for n, line in enumerate(f, start=1):
                 try:
-                    ids.add(json.loads(line)["id"])
-                except (json.JSONDecodeError, KeyError):
-                    break  # a torn last line from a kill: everything before it is kept
+                    ids.add(str(json.loads(line)["id"]))
+                except (ValueError, KeyError, TypeError, RecursionError):
+                    raise ValueError(f"{path}:{n}: not a prediction line this evaluator wrote: pass --overwrite to "
+                                     f"redo the setting, or choose another --out") from None
         return ids
 
     def _repair_tail(self, path: Path) -> None:
@@ -196,7 +205,8 @@ class Evaluator:
             start = time.perf_counter()
             rows = self._three_turn(chunk, s) if s.three_turn else self._single(chunk, s)
             seconds = round((time.perf_counter() - start) / max(len(chunk), 1), 4)
-            with open(path, "a", encoding="utf-8") as f:
+            # backslashreplace: a reply with a lone surrogate (an endpoint's \ud800) stays the JSON escape it was
+            with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
                 for row in rows:
                     row |= {"setting": s.name, "backend": self.backend.name, "model": self.backend.model,
                             "prompt_hash": prompts.prompt_fingerprint(), "seconds": seconds}
@@ -410,18 +420,29 @@ class _FolderLock:
         self.file.close()
 
 
+def _recorded_identity(path: Path) -> dict | None:
+    """An earlier run's run.json; None when it cannot be read (it cannot vouch for the predictions beside it)."""
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
 def claim_output_folder(out: Path, identity: dict, overwrite: bool) -> None:
     """Record what makes this folder's predictions; a rerun with anything else is refused rather than mixed
-    with them (or, with --overwrite, the old predictions go first)."""
+    with them (or, with --overwrite, the old predictions go first). A record without predictions (a run that
+    stopped before its first batch) is replaced."""
     path = out / RUN_RECORD
-    if path.is_file():
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-        differs = identity_differences(recorded, identity)
+    predictions = out / "predictions"
+    if path.is_file() and predictions.is_dir() and any(predictions.iterdir()):
+        recorded = _recorded_identity(path)
+        differs = identity_differences(recorded, identity) if recorded is not None else [f"{path} cannot be read"]
         if differs and not overwrite:
             raise ValueError(f"{out} holds predictions made otherwise ({'; '.join(differs)}): choose another "
                              f"--out, or pass --overwrite to discard them")
         if differs:
-            shutil.rmtree(out / "predictions", ignore_errors=True)
+            shutil.rmtree(predictions, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
 
@@ -440,42 +461,66 @@ def check_run(run: EvalRun) -> None:
     bad = below_minimum({f"--{k.replace('_', '-')}": v for k, v in at_least.items()}, sep=" ")
     if bad:
         raise ValueError("; ".join(bad))
+    if run.backend not in ("vllm", "hf", "openai"):
+        raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
+    if not run.out.strip():
+        raise ValueError("--out is empty: name the output folder")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run resolved from its options and its model before touching the output folder."""
+
+    coords: str
+    budget: PixelBudget
+    settings: list[Setting]
+    memory: VLLMMemory
+    judge: RuleJudge | LLMJudge  # an LLM judge's engine starts only when first asked
+
+
+def plan_run(run: EvalRun) -> RunPlan:
+    """The model found, its coords and pixel budget, the settings, the engine memory and the judge, each checked,
+    so that a run refused for any of them leaves no lock, record or prediction behind."""
+    if run.backend in ("vllm", "hf"):  # an openai model is the endpoint's name for it
+        require_model(run.model)
+    coords = run.coords or default_coords(run.model)
+    if coords not in CONVENTIONS:
+        raise ValueError(f"--coords {coords!r}: unknown coordinate convention; choose one of {', '.join(CONVENTIONS)}")
+    base_budget = default_budget(run.model)
+    budget = PixelBudget(base_budget.min_pixels if run.min_pixels is None else run.min_pixels,
+                         base_budget.max_pixels if run.max_pixels is None else run.max_pixels)
+    memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
+    return RunPlan(coords, budget, parse_settings(run.settings, run.three_turn), memory,
+                   judge_from_spec(run.judge, memory))
 
 
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/).
-    Options are checked first; the output folder is then held for the whole run."""
+    Options, inputs and the model are checked first; the output folder is then held for the whole run."""
     check_run(run)
     if not Path(run.data).is_dir():
         raise FileNotFoundError(f"data directory not found: {run.data}")
+    overlap = overlapping("--out", run.out, {"--data": run.data})
+    if overlap:  # --overwrite deletes OUT/predictions; the data's own folders must never be in reach
+        raise ValueError(f"{overlap[0]}: choose another --out")
+    plan = plan_run(run)
     with _FolderLock(Path(run.out)):
-        return _evaluate(run, progress)
+        return _evaluate(run, plan, progress)
 
 
-def _evaluate(run: EvalRun, progress: bool) -> dict:
+def _evaluate(run: EvalRun, plan: RunPlan, progress: bool) -> dict:
     from gbtrain import reports
-    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend, VLLMMemory, judge_from_spec
+    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend
     from gbtrain.parsing import normalize_items
-    from gbtrain.scoring import item_boxes, scorer_sha256
+    from gbtrain.scoring import item_boxes, scorer_sha256, write_report
 
     data = Path(run.data)
-    local = Path(run.model).is_dir()
-    hub_id = not run.model.startswith(("/", ".", "~")) and run.model.count("/") == 1
-    if run.backend in ("vllm", "hf") and not local and not hub_id:
-        raise FileNotFoundError(f"model not found: {run.model} (a folder, or a hub id like "
-                                f"Qwen/Qwen2.5-VL-7B-Instruct)")
-    coords = run.coords or default_coords(run.model)
-    base_budget = default_budget(run.model)
-    budget = PixelBudget(base_budget.min_pixels if run.min_pixels is None else run.min_pixels,
-                         base_budget.max_pixels if run.max_pixels is None else run.max_pixels)
-    settings = parse_settings(run.settings, run.three_turn)
+    coords, budget, settings, memory, judge = plan.coords, plan.budget, plan.settings, plan.memory, plan.judge
     sampling = SamplingOptions(max_tokens=run.max_tokens)
     out = Path(run.out)
     identity = run_identity(run, coords, budget)
     claim_output_folder(out, identity, run.overwrite)  # before any model starts
     tokenizer = None
-    memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
-    judge = judge_from_spec(run.judge, memory)  # its engine, if any, starts only when first asked
     if run.backend == "vllm":
         backend = VLLMBackend(run.model, budget, max_model_len=run.max_model_len,
                               tensor_parallel_size=run.tensor_parallel_size,
@@ -484,11 +529,9 @@ def _evaluate(run: EvalRun, progress: bool) -> dict:
     elif run.backend == "hf":
         backend = HFBackend(run.model, budget, batch_size=run.hf_batch_size)
         tokenizer = backend.processor.tokenizer
-    elif run.backend == "openai":
+    else:
         backend = OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency,
                                 budget=budget)
-    else:
-        raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
     ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
                                                    run.max_model_len if tokenizer else None, run.limit),
                    tokenizer=tokenizer, progress=progress)
@@ -506,7 +549,7 @@ def _evaluate(run: EvalRun, progress: bool) -> dict:
             "limit": run.limit, "structured": run.structured, "data": identity["data"],
             "annotations_sha256": identity["annotations_sha256"]}
     report = reports.build_report(reports_by_setting, meta, diagnostics)
-    reports.write_json(report, out / "report.json")
+    write_report(report, out / "report.json")
     (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")
     reports.plots(report, out / "plots")
     for s in settings:

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+from gbtrain.config import overlapping, require_model
 from gbtrain.coords import CHECKPOINT_RECORD, read_checkpoint_record
 
 
@@ -16,7 +17,12 @@ def check_base(base: str, adapter: str) -> None:
     config = Path(adapter) / "adapter_config.json"
     if not config.is_file():
         raise FileNotFoundError(f"no adapter_config.json in {adapter}: not a LoRA adapter folder")
-    trained_on = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") or ""
+    try:
+        trained_on = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path") or ""
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"{config} is not an adapter config ({e}): save the adapter again") from None
+    if not isinstance(trained_on, str):
+        raise ValueError(f"{config}: base_model_name_or_path must be a model name or folder, got {trained_on!r}")
 
     def same(a: str, b: str) -> bool:
         if a == b or (Path(a).is_dir() and Path(b).is_dir() and Path(a).resolve() == Path(b).resolve()):
@@ -37,6 +43,13 @@ def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto", allow_oth
 
     if not allow_other_base:
         check_base(base, adapter)
+    require_model(base, "--base")
+    if not any((Path(adapter) / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise FileNotFoundError(f"no adapter weights (adapter_model.safetensors) in {adapter}: point --adapter at a "
+                                f"run that saved its adapter")
+    overlap = overlapping("--out", out, {"--base": base, "--adapter": adapter})
+    if overlap:  # save_pretrained deletes the shards of an earlier save it finds in its folder
+        raise ValueError(f"{'; '.join(overlap)}: choose another --out")
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
     model = PeftModel.from_pretrained(model, adapter).merge_and_unload()

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 from gbtrain.collator import IGNORE_INDEX, GradingCollator
+from gbtrain.config import below_minimum, require_model
 from gbtrain.modeling import load_processor
 from gbtrain.sft_dataset import dataset_pixel_budget, load_sft_dataset
 
@@ -34,6 +35,10 @@ def image_reliance(model_dir: str | Path, dataset_dir: str | Path, split: str = 
     images and with white images of the same sizes (so the prompt and image token counts are unchanged)."""
     from transformers import AutoModelForImageTextToText
 
+    bad = below_minimum({"--limit": (limit, 1), "--batch-size": (batch_size, 1)}, sep=" ")
+    if bad:  # no samples would divide by zero tokens; a zero batch size never advances
+        raise ValueError("; ".join(bad))
+    require_model(str(model_dir))
     splits = load_sft_dataset(dataset_dir)
     if split not in splits:
         raise ValueError(f"{dataset_dir} has no {split!r} split (it has {', '.join(splits)})")

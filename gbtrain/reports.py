@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
@@ -13,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from PIL import Image, ImageDraw
 
+from gbtrain.backends import without_credentials
 from gbtrain.schema import LEVELS, Record
 
 GATES = ("localized", "recognized", "reasoned", "accuracy")
@@ -176,7 +176,7 @@ METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
 def comparison_problems(base: dict, sft: dict) -> list[str]:
     """Why two reports cannot be compared: other annotations, record limit, judge or scorer, or settings
     that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
-    problems = [f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}"
+    problems = [without_credentials(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
                 for key in ("annotations_sha256", "limit", "judge", "scorer_sha256")
                 if base["meta"].get(key) != sft["meta"].get(key)]
     common = sorted(set(base["settings"]) & set(sft["settings"]))
@@ -232,8 +232,3 @@ def compare_plot(rows: list[dict], out: Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
-
-
-def write_json(obj: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")

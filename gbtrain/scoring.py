@@ -65,8 +65,9 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
     responses: dict[str, str] = {}
     errors: dict[str, str] = {}
     dups: list[str] = []
-    # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read.
-    with open(path, encoding="utf-8", errors="replace") as f:
+    # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read; a BOM
+    # (a file saved by a Windows editor) is dropped.
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -76,6 +77,9 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
                 raise PredictionsError(f"{path}:{n}: malformed JSON line: {str(e)[:200]}") from None
             if not isinstance(row, dict) or "id" not in row:
                 raise PredictionsError(f"{path}:{n}: a prediction line needs an \"id\"")
+            if isinstance(row["id"], bool) or not isinstance(row["id"], str | int):
+                raise PredictionsError(f"{path}:{n}: \"id\" must be a record id (text or an integer), got "
+                                       f"{json.dumps(row['id'])[:60]}")
             rid = str(row["id"])
             if rid in responses:
                 dups.append(rid)
@@ -369,9 +373,15 @@ def breakdown(outcomes: list[GroupOutcome]) -> dict:
 
 
 def write_report(report: dict, path: str | Path) -> None:
-    """Byte-stable JSON: sorted keys, fixed rounding (done when building the report)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(report, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    """Byte-stable JSON: sorted keys, fixed rounding (done when building the report). Any text round-trips: a
+    lone surrogate (an id or reply a model made up) is written as its JSON escape, not refused by UTF-8."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+    try:
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")
+    except OSError as e:  # a full disk's error names no file
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 # ----------------------------------------------------------------------------- isolated diagnostics

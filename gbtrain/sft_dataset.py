@@ -25,7 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from gbtrain import annotations
-from gbtrain.config import BuildConfig, below_minimum, to_yaml
+from gbtrain.config import BuildConfig, below_minimum, load_yaml, overlapping, to_yaml
 from gbtrain.conversations import Conversation, build_conversation, with_image_placeholder
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.prompts import MODES
@@ -85,6 +85,9 @@ def _check_config(cfg: BuildConfig) -> None:
     """Every build option in its range (NaN included), before any work."""
     if cfg.coords not in CONVENTIONS:
         raise ValueError(f"coords={cfg.coords!r}: choose one of {', '.join(CONVENTIONS)}")
+    empty = [key for key in ("data", "out") if not str(getattr(cfg, key)).strip()]
+    if empty:
+        raise ValueError(f"{' and '.join(empty)} must name a folder (got an empty value)")
     for name, shares, allowed in (("mix.levels", cfg.mix.levels, LEVELS), ("mix.modes", cfg.mix.modes, MODES)):
         unknown = set(shares) - set(allowed)
         if unknown:
@@ -101,6 +104,19 @@ def _check_config(cfg: BuildConfig) -> None:
         raise ValueError("; ".join(bad))
 
 
+BUILD_FILES = ("build_config.yaml", "dataset_dict.json", "stats.json")  # any of them: a (maybe unfinished) build
+
+
+def _check_output_folder(out: Path, data_dir: Path) -> None:
+    """The build replaces OUT/images and the split folders: OUT must share no tree with its source, and hold
+    nothing but an earlier build (a folder of other work would get the build's files mixed in)."""
+    overlap = overlapping("out", out, {"data": data_dir})
+    if overlap:
+        raise ValueError(f"{overlap[0]}: write the SFT set to a folder of its own")
+    if out.is_dir() and any(out.iterdir()) and not any((out / f).exists() for f in BUILD_FILES):
+        raise ValueError(f"out {out} holds files that are not an SFT build: choose another --out (or an empty one)")
+
+
 class LengthCounter:
     """Token length of a conversation as the model sees it: chat template text plus image tokens.
 
@@ -115,7 +131,11 @@ class LengthCounter:
         if isinstance(tokenizer, str):
             from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            except (OSError, ValueError) as e:  # transformers' messages do not always name what it tried to load
+                raise ValueError(f"tokenizer={tokenizer}: no tokenizer loads from it ({' '.join(str(e).split())}); "
+                                 f"name a model folder or hub id, or null to estimate lengths") from None
 
     @property
     def exact(self) -> bool:
@@ -176,10 +196,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
 
     _check_config(cfg)
     data_dir, out = Path(cfg.data), Path(cfg.out)
-    data_abs, out_abs = data_dir.resolve(), out.resolve()
-    if out_abs == data_abs or data_abs in out_abs.parents or out_abs in data_abs.parents:
-        # the build replaces OUT/images and the split folders: it must never share a tree with its source
-        raise ValueError(f"out {out} and data {data_dir} overlap: write the SFT set to a folder of its own")
+    _check_output_folder(out, data_dir)
     budget = cfg.vision
     loaded = annotations.load_dataset(data_dir, lenient=cfg.lenient)
     records_by_level = {lvl: ld.records for lvl, ld in loaded.items()}
@@ -293,19 +310,22 @@ def render_card(stats: dict) -> str:
 def load_sft_dataset(out: str | Path, decode_images: bool = True):
     """Open a built dataset for training: image paths are rebased onto `out` if the folder was moved,
     and (decode_images) the `images` column becomes an Image feature, decoded lazily to PIL on access."""
-    from datasets import Image, List, load_from_disk
+    from datasets import DatasetDict, Features, Image, List, load_from_disk
 
     out = Path(out).resolve()
     built = finished_build(out)
     dd = load_from_disk(str(out))
     built_at = str(built.get("out_resolved")) if built is not None and built.get("out_resolved") else None
+    # Both steps stay in memory (rows are text and image paths): written to disk, datasets would put cache files
+    # into the build folder, an input that a reader must leave as it is (read-only, shared by ranks and runs).
     if built_at and built_at != str(out):
         def rebase(row):
             return {"images": [str(out) + p[len(built_at):] if p.startswith(built_at) else p for p in row["images"]]}
 
-        dd = dd.map(rebase, desc="rebasing image paths")
+        dd = dd.map(rebase, desc="rebasing image paths", keep_in_memory=True)
     if decode_images:
-        dd = dd.cast_column("images", List(Image()))
+        dd = DatasetDict({name: split.cast(Features({**split.features, "images": List(Image())}), keep_in_memory=True)
+                          for name, split in dd.items()})
     return dd
 
 
@@ -322,10 +342,13 @@ def finished_build(out: str | Path):
 
 def _build_config(out: str | Path):
     """OUT/build_config.yaml as written by build_sft_dataset (None when the folder has none)."""
-    from omegaconf import OmegaConf
-
     path = Path(out) / "build_config.yaml"
-    return OmegaConf.load(path) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return load_yaml(path)
+    except (OSError, ValueError) as e:  # a damaged record: the build cannot be trusted
+        raise ValueError(f"{path} is damaged ({e}): build the dataset again with data_builders/build_sft.py") from None
 
 
 def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:

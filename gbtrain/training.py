@@ -12,7 +12,7 @@ import torch
 from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
-from gbtrain.config import TrainConfig, identity_differences, to_yaml
+from gbtrain.config import TrainConfig, identity_differences, overlapping, require_model, to_yaml
 from gbtrain.coords import PixelBudget, write_checkpoint_record
 from gbtrain.modeling import (
     check_options,
@@ -193,21 +193,35 @@ def run_identity(cfg: TrainConfig) -> dict:
     return identity
 
 
+def _recorded_run(record: Path) -> dict:
+    """The identity an output_dir's record holds; unreadable, it cannot vouch for the checkpoints beside it."""
+    try:
+        recorded = json.loads(record.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{record} cannot be read ({e}): choose another output_dir") from None
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{record} is not a gbtrain run record: choose another output_dir")
+    return recorded
+
+
 def claim_output_dir(cfg: TrainConfig, write: bool) -> None:
     """Refuse an output_dir that holds another run's work (its checkpoints would be continued, mixed or deleted
-    by save_total_limit), or this run's finished or saved work without --resume; record this run's identity."""
+    by save_total_limit), or this run's finished or saved work without --resume; record this run's identity.
+    A record without work (a run that stopped before its first save) is replaced: nothing of it can be mixed."""
     out = Path(cfg.output_dir)
+    problems = overlapping("output_dir", out, {"model": cfg.model, "dataset": cfg.dataset})
+    if problems:  # the trainer saves weights and config.json into output_dir
+        raise ValueError(f"{'; '.join(problems)}: choose another output_dir")
     record = out / RUN_RECORD
     identity = run_identity(cfg)
     work = sorted(p.name for p in out.glob("checkpoint-*")) + (["train_summary.json"] if
                                                                (out / "train_summary.json").exists() else [])
-    if record.is_file():
-        recorded = json.loads(record.read_text(encoding="utf-8"))
-        differs = identity_differences(recorded, identity)
+    if record.is_file() and work:
+        differs = identity_differences(_recorded_run(record), identity)
         if differs:
             raise ValueError(f"output_dir {out} holds a run made otherwise ({'; '.join(differs[:6])}): choose "
                              f"another output_dir")
-        if work and not cfg.resume:
+        if not cfg.resume:
             raise ValueError(f"output_dir {out} holds this run's work ({', '.join(work[:5])}): pass --resume to "
                              f"continue it, or choose another output_dir")
     elif work:
@@ -227,6 +241,7 @@ def last_checkpoint(output_dir: str) -> str | None:
 def train(cfg: TrainConfig) -> dict:
     """Run the recipe; returns a summary (also written to OUTPUT_DIR/train_summary.json on the main process)."""
     check_options(cfg)
+    require_model(cfg.model)
     budget = resolve_budget(cfg)
     cfg.vision = budget
     claim_output_dir(cfg, write=int(os.environ.get("RANK", "0")) == 0)  # every rank checks, the first records

@@ -9,8 +9,8 @@ falling back to the base; the generation config comes from the base.
 from __future__ import annotations
 
 import argparse
-import sys
 
+from gbtrain.cli import user_errors
 from gbtrain.merge import merge_lora
 
 
@@ -23,10 +23,8 @@ def main() -> None:
     ap.add_argument("--allow-other-base", action="store_true",
                     help="merge although --base is not the base recorded in the adapter (same weights, other name)")
     args = ap.parse_args()
-    try:
+    with user_errors("merge_lora"):
         out = merge_lora(args.base, args.adapter, args.out, args.dtype, args.allow_other_base)
-    except (ValueError, OSError) as e:
-        sys.exit(f"merge_lora: {e}")
     print(f"merged checkpoint written to {out}")
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from gbtrain.cli import user_errors
 from gbtrain.config import TrainConfig, load_config
 from gbtrain.training import train
 
@@ -29,11 +29,8 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="key=value config overrides")
     args = ap.parse_args()
     overrides = list(args.overrides) + (["resume=true"] if args.resume else [])
-    try:
-        cfg = load_config(TrainConfig, args.config, overrides)
-        summary = train(cfg)
-    except (ValueError, FileNotFoundError) as e:  # bad options, data or output folder: one line, exit 1
-        sys.exit(f"sft_qwen: {e}")
+    with user_errors("sft_qwen"):  # bad options, data, model or output folder: one line, exit 2
+        summary = train(load_config(TrainConfig, args.config, overrides))
     print(json.dumps(summary))
 
 

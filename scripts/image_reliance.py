@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from gbtrain.cli import user_errors
 from gbtrain.probes import image_reliance
 
 
@@ -20,7 +21,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=8)
     args = ap.parse_args()
-    print(json.dumps(image_reliance(args.model, args.data, args.split, args.limit, args.batch_size)))
+    with user_errors("image_reliance"):
+        result = image_reliance(args.model, args.data, args.split, args.limit, args.batch_size)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

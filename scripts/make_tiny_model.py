@@ -10,8 +10,8 @@ gbtrain's configs, as it must for a real checkpoint.
 from __future__ import annotations
 
 import argparse
-import sys
 
+from gbtrain.cli import user_errors
 from gbtrain.tiny_model import make_tiny_model
 
 
@@ -24,13 +24,11 @@ def main() -> None:
     ap.add_argument("--vision-depth", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    if min(args.hidden // 64, args.layers, args.vision_hidden // 32, args.vision_depth) < 1:
-        sys.exit("make_tiny_model: --hidden >= 64, --vision-hidden >= 32, --layers and --vision-depth >= 1")
-    try:
+    with user_errors("make_tiny_model"):
+        if min(args.hidden // 64, args.layers, args.vision_hidden // 32, args.vision_depth) < 1:
+            raise ValueError("--hidden >= 64, --vision-hidden >= 32, --layers and --vision-depth >= 1")
         path = make_tiny_model(args.out, seed=args.seed, hidden=args.hidden, layers=args.layers,
                                vision_hidden=args.vision_hidden, vision_depth=args.vision_depth)
-    except OSError as e:  # an output folder that cannot be written
-        sys.exit(f"make_tiny_model: {e}")
     print(f"tiny Qwen2.5-VL written to {path}")
 
 

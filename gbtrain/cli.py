@@ -1,0 +1,52 @@
+"""How every entry script ends a user error: one line on stderr, `prog: what is wrong (and the way out)`, and exit
+code 2, the code argparse gives a bad option; a bug keeps its traceback.
+
+User errors are ValueError (bad options, configs, annotations, predictions, records of earlier runs, endpoint
+refusals; gbtrain raises them with the file, record or option named) and OSError (missing, unreadable or
+unwritable files and folders, a full disk). A message that is a headline with an indented list (every annotation
+problem, every bad training option) keeps its list; any other multi-line message is joined into one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gbtrain.backends import without_credentials
+
+USER_ERRORS = (ValueError, OSError)
+USAGE_ERROR = 2
+
+
+def describe(error: BaseException) -> str:
+    """The error as the line a user reads: an OSError as `path: reason`, credentials in URLs removed."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        text = f"{error.filename}: {error.strerror}" + (f" -> {error.filename2}" if error.filename2 else "")
+    else:
+        text = str(error) or type(error).__name__
+    head, *rest = text.strip().splitlines() or [""]
+    if rest and not all(line.startswith("  ") for line in rest):
+        text = " ".join(line.strip() for line in [head, *rest] if line.strip())
+    else:
+        text = "\n".join([head, *rest])
+    return without_credentials(text)
+
+
+@contextmanager
+def user_errors(prog: str) -> Iterator[None]:
+    """Run an entry script's work; a user error ends it with `prog: message` and exit code 2."""
+    try:
+        yield
+    except USER_ERRORS as e:
+        _close_progress_bars()
+        print(f"{prog}: {describe(e)}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars the failed work left open, so that the message starts a line of its own."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()

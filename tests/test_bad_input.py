@@ -1,0 +1,1464 @@
+"""The bad-input corpus of issue 11: every entry script fed what a careless user, a broken disk, a hostile model
+or an attacker gives it, each case checked for the exact outcome.
+
+Each case runs its script in this process (``runpy``, so torch and transformers load once) with its own
+sandbox folder as working directory, and ends in one outcome class:
+
+- clear: the expected exit code; for a refusal, stderr ends in one line ``prog: ...`` (or a headline with an
+  indented list of the problems) matching the case's pattern, which names the input and the way out;
+  for a run that must go on (exit 0), the written result counts the bad item as the case says;
+- unclear: the right kind of ending (refused, no traceback) but another exit code or a message that does not
+  say what the case asks for;
+- silent: exit 0 where a refusal was due, or a wrong result;
+- traceback: an exception escaped the script;
+- hang: the case ran past its time limit;
+- escaped: something outside the case's declared output changed (the sandbox's inputs, a sentinel folder beside
+  it, the shared tiny model / data fixtures, /tmp), or a credential reached the console or a written file.
+
+Every case is one test asserting "clear". The counts of all classes are printed by the last test:
+
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_bad_input.py
+
+(or ``.venv/bin/python tests/test_bad_input.py``, which runs the same).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = "gbtrain-escape-probe"  # no file of this name may appear in /tmp
+SECRET = "sk-LEAKED-4242"
+RO = r"/ro(/\S*)?: (Permission denied|Operation not permitted)"  # an output in a read-only folder
+A_FILE = r"/f\.txt(/\S*)?: (File exists|Not a directory)"  # an output folder that is a file
+OVERLAP = r"(--out|output_dir) \S+ (is|lies inside|holds) \S+ \S+: choose another"  # an output over an input
+CLASSES = ("clear", "unclear", "silent", "traceback", "hang", "escaped")
+OUTCOMES: dict[str, str] = {}  # case id -> class, filled as the cases run
+
+
+# ----------------------------------------------------------------------------------------------- the cases
+@dataclass
+class Env:
+    """Where one case runs: its sandbox (the working directory) and the shared read-only fixtures."""
+
+    box: Path
+    outside: Path
+    fixtures: dict[str, Path]
+    url: str
+    read_only: list[Path] = field(default_factory=list)
+
+    def sub(self, text: str) -> str:
+        """Fill {box}, {outside}, {url} and the fixture names in a command-line argument."""
+        names = {"box": self.box, "outside": self.outside, "url": self.url,
+                 "cred_url": self.url.replace("//", f"//user:{SECRET}@", 1), **self.fixtures}
+        for key, value in names.items():
+            text = text.replace("{" + key + "}", str(value))
+        return text
+
+
+@dataclass
+class Case:
+    """One bad input: the script, its arguments ({box} etc. filled in), what to prepare, and the outcome due."""
+
+    name: str
+    script: str
+    args: list[str]
+    message: str = ""  # regex the refusal must match (code != 0)
+    code: int = 2
+    setup: Callable[[Env], None] | None = None
+    outputs: tuple[str, ...] = ("out",)  # sandbox paths that may change
+    check: Callable[[Env, str], str | None] | None = None  # code 0: returns what is wrong, or None
+    limit_s: float = 60.0
+
+    @property
+    def id(self) -> str:
+        return f"{Path(self.script).stem}-{self.name}"
+
+
+def chain(*steps: Callable[[Env], None]) -> Callable[[Env], None]:
+    def setup(env: Env) -> None:
+        for step in steps:
+            step(env)
+    return setup
+
+
+def replace_file(path: Path, data: bytes | str) -> None:
+    """Write a new file (unlinked first: a sandbox copy of a fixture may hard-link its large files)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def link_tree(src: Path, dst: Path) -> None:
+    """A copy of a fixture folder whose large files are hard links (never written in place: see replace_file)."""
+    def link(s, d):
+        if Path(s).suffix in (".jpg", ".png", ".arrow", ".safetensors"):
+            try:
+                return os.link(s, d)
+            except OSError:
+                pass
+        return shutil.copy2(s, d)
+    shutil.copytree(src, dst, copy_function=link)
+
+
+def read_only(env: Env, rel: str) -> None:
+    """Make box/rel an existing folder that cannot be written, even by root (chattr +i where chmod is ignored)."""
+    path = env.box / rel
+    path.mkdir(parents=True, exist_ok=True)
+    env.read_only.append(path)
+    path.chmod(0o555)
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True, capture_output=True)
+    with contextlib.suppress(OSError):
+        (path / "probe").touch()
+        raise RuntimeError(f"cannot make {path} read-only on this machine")
+
+
+def release(env: Env) -> None:
+    """Make the case's read-only folders writable again (pytest removes the sandbox later)."""
+    for path in env.read_only:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+        path.chmod(0o755)
+
+
+# ----------------------------------------------------------------------------------------------- data helpers
+@lru_cache(maxsize=32)
+def records(data: str, level: str):
+    from gbtrain.annotations import load_level
+
+    return load_level(data, level).records
+
+
+def truth(record, coords: str = "qwen25", budget=None) -> str:
+    from gbtrain.conversations import answer_items
+    from gbtrain.coords import PixelBudget
+
+    return json.dumps(answer_items(record, coords, budget or PixelBudget()), ensure_ascii=False)
+
+
+def mini_data(env: Env, name: str = "data", counts: dict[str, int] | None = None) -> Path:
+    """box/name: the first records of each level of the synthetic data (images copied: a tool may write them)."""
+    from gbtrain.annotations import annotation_path, image_path, record_to_raw
+
+    src, dst = env.fixtures["synth"], env.box / name
+    for level, n in (counts or {"L1": 3, "L2": 3, "L3": 1}).items():
+        recs = records(str(src), level)[:n]
+        replace_file(annotation_path(dst, level), json.dumps([record_to_raw(r) for r in recs], ensure_ascii=False))
+        for r in recs:
+            target = image_path(dst, r)
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(image_path(src, r), target)
+    return dst
+
+
+def data(counts: dict[str, int] | None = None, name: str = "data") -> Callable[[Env], None]:
+    return lambda env: mini_data(env, name, counts)
+
+
+def edit_level(level: str, edit: Callable[[list], None], name: str = "data") -> Callable[[Env], None]:
+    """Change the raw record list of one level of box/name (made by `data`)."""
+    def setup(env: Env) -> None:
+        path = env.box / name / "annotations" / f"{level}.json"
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        edit(raw)
+        replace_file(path, json.dumps(raw, ensure_ascii=False))
+    return setup
+
+
+def edit_record(level: str, index: int, edit: Callable[[dict], None]) -> Callable[[Env], None]:
+    return edit_level(level, lambda raw: edit(raw[index]))
+
+
+def set_key(key: str, value) -> Callable[[dict], None]:
+    """An edit of a raw record: `marks.0.attributes.hand` style paths."""
+    def edit(raw: dict) -> None:
+        *parents, last = key.split(".")
+        node = raw
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return edit
+
+
+def drop_key(key: str) -> Callable[[dict], None]:
+    return lambda raw: raw.pop(key)
+
+
+def image_of(env: Env, level: str = "L1", index: int = 0, name: str = "data") -> Path:
+    path = env.box / name / "annotations" / f"{level}.json"
+    raw = json.loads(path.read_text(encoding="utf-8"))[index]
+    return env.box / name / "images" / level / raw["image"]
+
+
+def damage_image(kind: str, level: str = "L1", index: int = 0) -> Callable[[Env], None]:
+    """Replace one record's image: truncated, garbled, random bytes, a decompression-bomb header, or gone."""
+    def setup(env: Env) -> None:
+        path = image_of(env, level, index)
+        original = path.read_bytes()
+        if kind == "truncated":
+            replace_file(path, original[: len(original) // 2])
+        elif kind == "broken-stream":  # header and end marker intact, compressed data garbled
+            third = len(original) // 3
+            replace_file(path, original[:third] + bytes(range(256)) * 8 + original[third + 2048:])
+        elif kind == "cut-marked":  # cut short, an end marker appended
+            replace_file(path, original[:600] + b"\xff\xd9")
+        elif kind == "garbage":
+            replace_file(path, os.urandom(4096))
+        elif kind == "empty":
+            replace_file(path, b"")
+        elif kind == "bomb":
+            replace_file(path, bomb_png())
+        elif kind == "text":
+            replace_file(path, "this is not an image\n")
+        elif kind == "missing":
+            path.unlink()
+        elif kind == "symlink-out":
+            env.outside.joinpath("secret.jpg").write_bytes(original)
+            path.unlink()
+            path.symlink_to(env.outside / "secret.jpg")
+    return setup
+
+
+def bomb_png() -> bytes:
+    """A PNG whose header claims 100000 x 100000 pixels (10 Gpx): Pillow refuses it as a decompression bomb."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + body
+
+
+def write(rel: str, text: str | bytes) -> Callable[[Env], None]:
+    return lambda env: replace_file(env.box / rel, env.sub(text) if isinstance(text, str) else text)
+
+
+def make_dir(rel: str) -> Callable[[Env], None]:
+    return lambda env: (env.box / rel).mkdir(parents=True, exist_ok=True)
+
+
+def copy_fixture(name: str, rel: str, skip: tuple[str, ...] = ()) -> Callable[[Env], None]:
+    def setup(env: Env) -> None:
+        link_tree(env.fixtures[name], env.box / rel)
+        for s in skip:
+            target = env.box / rel / s
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+    return setup
+
+
+def full_copy(name: str, rel: str) -> Callable[[Env], None]:
+    return lambda env: shutil.copytree(env.fixtures[name], env.box / rel)
+
+
+# ----------------------------------------------------------------------------------------------- result checks
+def dotted(obj, key: str):
+    for part in key.split("."):
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    return obj
+
+
+def report_has(rel: str, **expected) -> Callable[[Env, str], str | None]:
+    """The JSON file box/rel has these values: keys are paths with __ for dots (settings__L1_af__fp is
+    settings -> L1-af -> fp: a setting's name has hyphens); a callable value is a predicate."""
+    def path_of(key: str) -> str:
+        parts = key.split("__")
+        if parts[0] == "settings" and len(parts) > 2:
+            parts[1] = parts[1].replace("_", "-")
+        return ".".join(parts)
+
+    def check(env: Env, _stdout: str) -> str | None:
+        path = env.box / rel
+        if not path.is_file():
+            return f"{rel} was not written"
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for key, want in expected.items():
+            try:
+                got = dotted(doc, path_of(key))
+            except (KeyError, IndexError, TypeError):
+                return f"{rel} has no {key}"
+            if not (want(got) if callable(want) else got == want):
+                return f"{rel} {key} = {got!r}"
+        return None
+    return check
+
+
+def exists(*rels: str) -> Callable[[Env, str], str | None]:
+    def check(env: Env, _stdout: str) -> str | None:
+        missing = [r for r in rels if not (env.box / r).exists()]
+        return f"not written: {missing}" if missing else None
+    return check
+
+
+def all_of(*checks: Callable[[Env, str], str | None]) -> Callable[[Env, str], str | None]:
+    def check(env: Env, stdout: str) -> str | None:
+        return next((p for c in checks if (p := c(env, stdout)) is not None), None)
+    return check
+
+
+# ----------------------------------------------------------------------------------------------- eval/score.py
+SCORE = "eval/score.py"
+
+
+def score_args(*extra: str, level: str = "L1", mode: str = "answer-based", data: str = "{synth}") -> list[str]:
+    return ["--data", data, "--level", level, "--mode", mode, "--predictions", "{box}/p.jsonl", "--coords", "qwen25",
+            "--out", "{box}/out/report.json", *extra]
+
+
+def predictions(*lines: Callable[[list], str | bytes], level: str = "L1", data_name: str | None = None):
+    """box/p.jsonl: one line per function of the level's records (from the shared data, or box/data_name)."""
+    def setup(env: Env) -> None:
+        recs = records(str(env.box / data_name if data_name else env.fixtures["synth"]), level)
+        parts = [line(recs) for line in lines]
+        replace_file(env.box / "p.jsonl", b"".join((p if isinstance(p, bytes) else p.encode()) + b"\n" for p in parts))
+    return setup
+
+
+def good(i: int) -> Callable[[list], str]:
+    return lambda recs: json.dumps({"id": recs[i].record_id, "response": truth(recs[i])}, ensure_ascii=False)
+
+
+def reply(i: int, response) -> Callable[[list], str]:
+    return lambda recs: json.dumps({"id": recs[i].record_id, "response": response}, ensure_ascii=False)
+
+
+def raw_line(text: str | bytes) -> Callable[[list], str | bytes]:
+    return lambda recs: text
+
+
+def items_with(i: int, **changes) -> Callable[[list], str]:
+    """Record i's true answer with each item's fields replaced (values as JSON text, so NaN and 1e999 stay)."""
+    def line(recs) -> str:
+        items = json.loads(truth(recs[i]))
+        body = ", ".join("{" + ", ".join(f"{json.dumps(k)}: {changes[k] if k in changes else json.dumps(v)}"
+                                         for k, v in item.items()) + "}" for item in items)
+        return json.dumps({"id": recs[i].record_id, "response": f"[{body}]"})
+    return line
+
+
+def unparsable(n: int, reason: str | None = None) -> Callable[[Env, str], str | None]:
+    expected = {"coverage__unparsable": n}
+    if reason:
+        expected["parse_failures"] = lambda got: got.get(reason, 0) >= 1
+    return report_has("out/report.json", **expected)
+
+
+def score_cases() -> list[Case]:
+    ok = predictions(good(0), good(1))
+    cases = [
+        # options: ranges, NaN, unknown names
+        *[Case(f"radius-{v}", SCORE, score_args(f"--match-radius={v}"), r"match radius .*positive", setup=ok)
+          for v in ("nan", "0", "-1", "inf", "-inf")],
+        Case("min-pixels-0", SCORE, score_args("--min-pixels", "0"), r"need 0 < min_pixels <= max_pixels, got 0,",
+             setup=ok),
+        Case("min-pixels-negative", SCORE, score_args("--min-pixels", "-5"), r"min_pixels <= max_pixels, got -5,",
+             setup=ok),
+        Case("max-pixels-0", SCORE, score_args("--max-pixels", "0"), r"min_pixels <= max_pixels", setup=ok),
+        Case("min-over-max", SCORE, score_args("--min-pixels", "90000", "--max-pixels", "1000"),
+             r"min_pixels <= max_pixels.*90000", setup=ok),
+        Case("pixels-not-a-number", SCORE, score_args("--min-pixels", "lots"), r"--min-pixels: invalid int", setup=ok),
+        Case("unknown-judge", SCORE, score_args("--judge", "gpt4"), r"judge 'gpt4' must be rule, vllm:MODEL", setup=ok),
+        Case("judge-without-model", SCORE, score_args("--judge", "vllm:"), r"judge 'vllm:' must be", setup=ok),
+        Case("judge-hf-kind", SCORE, score_args("--judge", "hf:model"), r"judge 'hf:model' must be", setup=ok),
+        Case("kv-cache-nan", SCORE, score_args("--kv-cache-gib", "nan"), r"kv_cache_gib must be positive", setup=ok),
+        Case("gpu-util-0", SCORE, score_args("--gpu-memory-utilization", "0"), r"gpu_memory_utilization", setup=ok),
+        Case("gpu-util-2", SCORE, score_args("--gpu-memory-utilization", "2"), r"gpu_memory_utilization", setup=ok),
+        Case("unknown-level", SCORE, score_args(level="L4"), r"--level: invalid choice: 'L4'", setup=ok),
+        Case("unknown-mode", SCORE, score_args(mode="free"), r"--mode: invalid choice: 'free'", setup=ok),
+        Case("unknown-coords", SCORE, [*score_args()[:-4], "--coords", "pixels", "--out", "{box}/out/r.json"],
+             r"--coords: invalid choice: 'pixels'", setup=ok),
+        # missing and unreadable inputs
+        Case("predictions-missing", SCORE, score_args(), r"/p\.jsonl: No such file or directory"),
+        Case("predictions-a-folder", SCORE, score_args(), r"/p\.jsonl: Is a directory", setup=make_dir("p.jsonl")),
+        Case("data-missing", SCORE, score_args(data="{box}/nodata"), r"data directory not found: \S+/nodata"),
+        Case("data-a-file", SCORE, score_args(data="{box}/f.txt"), r"data directory not found: \S+/f\.txt",
+             setup=write("f.txt", "x")),
+        Case("data-without-annotations", SCORE, score_args(data="{box}/empty"), r"L1\.json.*not found",
+             setup=chain(ok, make_dir("empty"))),
+        # malformed prediction files: refused with file and line (documented exit 2)
+        Case("malformed-line", SCORE, score_args(), r"p\.jsonl:2: malformed JSON line",
+             setup=predictions(good(0), raw_line('{"id": "x", "response": '), good(1))),
+        Case("line-not-an-object", SCORE, score_args(), r"p\.jsonl:1: a prediction line needs an \"id\"",
+             setup=predictions(raw_line("[1, 2, 3]"))),
+        Case("line-without-id", SCORE, score_args(), r"p\.jsonl:1: a prediction line needs an \"id\"",
+             setup=predictions(raw_line('{"response": "[]"}'))),
+        Case("id-null", SCORE, score_args(), r"p\.jsonl:1: \"id\" must be a record id .*got null",
+             setup=predictions(raw_line('{"id": null, "response": ""}'))),
+        Case("id-a-list", SCORE, score_args(), r"p\.jsonl:1: \"id\" must be a record id .*got \[1\]",
+             setup=predictions(raw_line('{"id": [1], "response": ""}'))),
+        Case("duplicated-ids", SCORE, score_args(), r"1 duplicated id\(s\).*--allow-duplicates",
+             setup=predictions(good(0), good(0))),
+        Case("deeply-nested-line", SCORE, score_args(), r"p\.jsonl:1: malformed JSON line",
+             setup=predictions(raw_line('{"id": "x", "response": ' + "[" * 100_000 + "]" * 100_000 + "}"))),
+        Case("401-digit-id", SCORE, score_args(), code=0, check=report_has("out/report.json", coverage__unexpected=1),
+             setup=predictions(good(0), raw_line('{"id": ' + "9" * 401 + ', "response": ""}'))),
+        Case("huge-integer-line", SCORE, score_args(), r"p\.jsonl:2: malformed JSON line",
+             setup=predictions(good(0), raw_line('{"id": "z", "response": "", "n": ' + "9" * 5000 + "}"))),
+        Case("bom-first-line", SCORE, score_args(), code=0, check=report_has("out/report.json", coverage__missing=126),
+             setup=predictions(lambda recs: "\ufeff" + good(0)(recs))),
+        Case("allow-duplicates", SCORE, score_args("--allow-duplicates"), code=0,
+             check=report_has("out/report.json", coverage__duplicate=1), setup=predictions(good(0), good(0))),
+        Case("empty-file", SCORE, score_args(), code=0, check=report_has("out/report.json", coverage__missing=127,
+                                                                          accuracy=0.0), setup=write("p.jsonl", "")),
+        # hostile model output inside a line: the run goes on, the line is counted as unparsable with its reason
+        Case("hostile-10mb-brackets", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=2,
+             setup=predictions(good(0), reply(1, "[" * 10_000_000))),
+        Case("hostile-10mb-text", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=2,
+             setup=predictions(good(0), reply(1, "x" * 10_000_000))),
+        Case("hostile-10mb-quotes", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=2,
+             setup=predictions(good(0), reply(1, '"' * 10_000_000))),
+        Case("hostile-800k-mixed", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+             setup=predictions(good(0), reply(1, "[{\"a\": '" * 100_000))),
+        Case("hostile-1mb-brackets", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+             setup=predictions(good(0), reply(1, "[" * 999_000))),
+        Case("hostile-1mb-nested-items", SCORE, score_args(), code=0, limit_s=2,
+             check=report_has("out/report.json", coverage__unparsable=0),
+             setup=predictions(good(0), reply(1, "[" + ", ".join(['{"bbox_2d": [1, 2, 3, 4], "text": "[{x"}'] * 20_000)
+                                              + "]"))),
+        Case("hostile-deep-lists", SCORE, score_args(), code=0, check=unparsable(1, "too_deep"), limit_s=2,
+             setup=predictions(good(0), reply(1, "[" * 50_000 + "]" * 50_000))),
+        Case("hostile-deep-objects", SCORE, score_args(), code=0, check=unparsable(1, "too_deep"), limit_s=2,
+             setup=predictions(good(0), reply(1, '{"a": ' * 20_000 + "1" + "}" * 20_000))),
+        Case("hostile-think-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+             setup=predictions(good(0), reply(1, "<think>" * 100_000))),
+        Case("hostile-fence-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+             setup=predictions(good(0), reply(1, "```json\n" * 100_000))),
+        Case("hostile-1e999999999-answer", SCORE, score_args(mode="answer-free"), code=0, limit_s=2,
+             check=report_has("out/report.json", coverage__unparsable=0, judge_replies__asked=lambda n: n >= 1),
+             setup=predictions(items_with(0, answer='"1e999999999"'), items_with(1, answer="1e999999999"))),
+        Case("hostile-401-digit-box", SCORE, score_args(), code=0, limit_s=2,
+             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
+             setup=predictions(items_with(0, bbox_2d="[" + "9" * 401 + ", 0, 5, 5]"))),
+        Case("hostile-1e999-box", SCORE, score_args(), code=0, limit_s=2,
+             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
+             setup=predictions(items_with(0, bbox_2d="[1e999, 0, 5, 5]"))),
+        Case("hostile-nan-box", SCORE, score_args(), code=0,
+             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
+             setup=predictions(items_with(0, bbox_2d="[NaN, NaN, 5, 5]"))),
+        Case("hostile-infinity-box", SCORE, score_args(), code=0,
+             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
+             setup=predictions(items_with(0, bbox_2d="[-Infinity, 0, Infinity, 5]"))),
+        Case("hostile-string-box", SCORE, score_args(), code=0,
+             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
+             setup=predictions(items_with(0, bbox_2d='["a", "b", "c", "d"]'))),
+        Case("hostile-wrong-types", SCORE, score_args(), code=0,
+             check=report_has("out/report.json", localized=lambda v: v < 0.02),
+             setup=predictions(items_with(0, bbox_2d="{}", text="[1]", answer="{}", correctness='"maybe"'))),
+        Case("hostile-non-utf8-bytes", SCORE, score_args(), code=0, check=unparsable(1),
+             setup=predictions(good(0), lambda recs: b'{"id": "' + recs[1].record_id.encode()
+                               + b'", "response": "\xff\xfe[{\xc3"}')),
+        Case("hostile-lone-surrogate-id", SCORE, score_args(), code=0,
+             check=report_has("out/report.json", coverage__unexpected=1),
+             setup=predictions(good(0), raw_line('{"id": "bad\\ud800id", "response": ""}'))),
+        Case("response-a-number", SCORE, score_args(), code=0, check=unparsable(1), setup=predictions(reply(0, 12345))),
+        Case("response-null", SCORE, score_args(), code=0, check=unparsable(1, "empty"),
+             setup=predictions(reply(0, None))),
+        Case("response-a-list", SCORE, score_args(), code=0, check=report_has("out/report.json", coverage__unparsable=0,
+             localized=lambda v: v > 0), setup=predictions(lambda recs: json.dumps(
+                 {"id": recs[0].record_id, "response": json.loads(truth(recs[0]))}))),
+        # output that cannot be written
+        Case("out-read-only", SCORE, [*score_args()[:-1], "{box}/ro/report.json"], RO,
+             setup=chain(ok, lambda env: read_only(env, "ro")), outputs=()),
+        Case("out-a-folder", SCORE, [*score_args()[:-1], "{box}/out"], r"out.*(Is a directory|folder)",
+             setup=chain(ok, make_dir("out"))),
+        Case("out-disk-full", SCORE, [*score_args()[:-1], "/dev/full"], r"/dev/full.*No space", setup=ok, outputs=()),
+        # annotations (their own data folder)
+        Case("annotation-id-null", SCORE, score_args(data="{box}/data"), r"L1\.json \[record None\]: id must be",
+             setup=chain(data(), edit_record("L1", 1, set_key("id", None)), ok)),
+        Case("annotation-hand-a-list", SCORE, score_args(data="{box}/data"), r"attributes\.hand must be text",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.hand", ["4"])), ok)),
+        Case("bomb-image-lenient", SCORE, score_args("--lenient", data="{box}/data"), code=0,
+             check=report_has("out/report.json", n_records=2),
+             setup=chain(data(), damage_image("bomb", "L1", 2), ok)),
+        Case("bomb-image", SCORE, score_args(data="{box}/data"), r"decompression bomb|exceeds limit",
+             setup=chain(data(), damage_image("bomb", "L1", 2), ok)),
+        # an LLM judge at an endpoint that refuses, and credentials in its URL
+        Case("judge-endpoint-401", SCORE, score_args("--judge", "openai:auth@{url}", mode="answer-free"),
+             r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401 .*API key", setup=ok),
+        Case("judge-credentials-redacted", SCORE,
+             score_args("--judge", "openai:yes@" + "{cred_url}", mode="answer-free"),
+             code=0, check=report_has("out/report.json", settings__judge=lambda j: SECRET not in j), setup=ok),
+        Case("judge-401-credentials", SCORE,
+             score_args("--judge", "openai:auth@" + "{cred_url}", mode="answer-free"),
+             r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401", setup=ok),
+    ]
+    return cases
+
+
+# ----------------------------------------------------------------------------------------------- eval/run_eval.py
+RUN_EVAL = "eval/run_eval.py"
+EVAL_BASE = {"--model": "ok", "--backend": "openai", "--base-url": "{url}", "--data": "{synth}", "--out": "{box}/out",
+             "--coords": "qwen25", "--settings": "L1-af", "--limit": "2", "--overlays": "1",
+             "--min-pixels": str(TEST_MIN_PIXELS), "--max-pixels": str(TEST_MAX_PIXELS)}
+
+
+def eval_args(*flags: str, **opts: str | None) -> list[str]:
+    """run_eval's arguments: EVAL_BASE with options changed (key min_pixels -> --min-pixels; None drops it)."""
+    merged = dict(EVAL_BASE)
+    for key, value in opts.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None:
+            merged.pop(flag, None)
+        else:
+            merged[flag] = value
+    return [x for kv in merged.items() for x in kv] + list(flags)
+
+
+def earlier_run(changes: dict | None = None, edit: Callable[[dict], None] | None = None, data_rel: str | None = None):
+    """box/out as an earlier evaluation left it: run.json (made with EVAL_BASE plus `changes`) and one line."""
+    def setup(env: Env) -> None:
+        from gbtrain.coords import PixelBudget
+        from gbtrain.evaluation import EvalRun, claim_output_folder, run_identity
+
+        opts = {k[2:].replace("-", "_"): env.sub(v) for k, v in EVAL_BASE.items()} | (changes or {})
+        if data_rel:
+            opts["data"] = str(env.box / data_rel)
+        run = EvalRun(**{k: int(v) if k in ("limit", "overlays", "min_pixels", "max_pixels") else v
+                         for k, v in opts.items()})
+        identity = run_identity(run, run.coords, PixelBudget(run.min_pixels, run.max_pixels))
+        if edit:
+            edit(identity)
+        claim_output_folder(env.box / "out", identity, overwrite=False)
+        rid = records(run.data, "L1")[0].record_id
+        replace_file(env.box / "out" / "predictions" / "L1-af.jsonl", json.dumps({"id": rid, "response": "[]"}) + "\n")
+    return setup
+
+
+def hold_lock(env: Env) -> None:
+    import fcntl
+
+    (env.box / "out").mkdir()
+    held = open(env.box / "out" / ".lock", "a+")  # noqa: SIM115 - held until the case ends
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held.write("pid 4242")
+    held.flush()
+    _HELD.append(held)
+
+
+_HELD: list = []  # locks held by a case's setup, released when it ends
+
+
+def eval_cases() -> list[Case]:
+    id_escape = "x/" + "../" * 12 + "outside/" + PROBE
+    tmp_escape = "y/" + "../" * 40 + "tmp/" + PROBE
+    cred_url = "{cred_url}"
+    report = "out/report.json"
+    return [
+        # options
+        *[Case(f"option-{flag}-{v}", RUN_EVAL, eval_args(**{flag: v}),
+               rf"--{flag.replace('_', '-')} {re.escape(v)}(\.0)?: must be at least", outputs=())
+          for flag, v in (("limit", "0"), ("limit", "-3"), ("batch_size", "0"), ("max_tokens", "0"),
+                          ("max_tokens", "-1"), ("min_pixels", "0"), ("max_pixels", "-1"), ("concurrency", "0"),
+                          ("overlays", "-1"), ("tensor_parallel_size", "0"), ("data_parallel_size", "0"),
+                          ("max_model_len", "0"), ("kv_cache_gib", "nan"), ("kv_cache_gib", "-1"),
+                          ("kv_cache_gib", "inf"))],
+        Case("min-over-max", RUN_EVAL, eval_args(min_pixels="90000", max_pixels="1000"), r"min_pixels <= max_pixels",
+             outputs=()),
+        Case("gpu-util-0", RUN_EVAL, eval_args(gpu_memory_utilization="0"), r"gpu_memory_utilization", outputs=()),
+        Case("gpu-util-nan", RUN_EVAL, eval_args(gpu_memory_utilization="nan"), r"gpu_memory_utilization", outputs=()),
+        Case("limit-not-a-number", RUN_EVAL, eval_args(limit="all"), r"--limit: invalid int value", outputs=()),
+        Case("unknown-backend", RUN_EVAL, eval_args(backend="tgi"), r"--backend: invalid choice: 'tgi'", outputs=()),
+        Case("unknown-setting", RUN_EVAL, eval_args(settings="L4-af"), r"unknown setting 'L4-af'", outputs=()),
+        Case("unknown-mode-setting", RUN_EVAL, eval_args(settings="L1-xx"), r"unknown setting 'L1-xx'", outputs=()),
+        Case("path-as-setting", RUN_EVAL, eval_args(settings="../../x"), r"unknown setting '\.\./\.\./x'", outputs=()),
+        Case("no-setting", RUN_EVAL, eval_args(settings=","), r"--settings.*no setting", outputs=()),
+        Case("unknown-coords", RUN_EVAL, eval_args(coords="pixels"),
+             r"--coords 'pixels': unknown coordinate convention; choose one of", outputs=()),
+        Case("unknown-judge", RUN_EVAL, eval_args(judge="gpt4"), r"judge 'gpt4' must be", outputs=()),
+        # inputs
+        Case("data-missing", RUN_EVAL, eval_args(data="{box}/nodata"), r"data directory not found: .*nodata",
+             outputs=()),
+        Case("data-a-file", RUN_EVAL, eval_args(data="{box}/f.txt"), r"data directory not found: .*f\.txt",
+             setup=write("f.txt", "x"), outputs=()),
+        Case("data-without-annotations", RUN_EVAL, eval_args(data="{box}/data"), r"L1\.json: annotation file not found",
+             setup=make_dir("data")),
+        Case("data-no-records", RUN_EVAL, eval_args(data="{box}/data"), r"data.*no L1 records",
+             setup=chain(data(), write("data/annotations/L1.json", "[]"))),
+        Case("model-folder-missing", RUN_EVAL, eval_args(model="{box}/nomodel", backend="hf"),
+             r"model not found: .*nomodel", outputs=()),
+        Case("model-not-a-model", RUN_EVAL, eval_args(model="{box}/data", backend="hf"),
+             r"box/data\. Can't instantiate a processor", setup=data()),
+        Case("model-needs-coords", RUN_EVAL, eval_args(model="org/mystery", backend="vllm", coords=None),
+             r"cannot tell the coordinate convention of 'org/mystery'; pass --coords", outputs=()),
+        Case("model-bad-checkpoint-record", RUN_EVAL, eval_args(model="{box}/m", backend="hf", coords=None),
+             r"gbtrain_checkpoint\.json: not a gbtrain checkpoint record",
+             setup=write("m/gbtrain_checkpoint.json", '{"coords": "qwen25"}')),
+        Case("model-config-not-json", RUN_EVAL, eval_args(model="{box}/m", backend="hf", coords=None),
+             r"m/config\.json", setup=write("m/config.json", "{not json")),
+        Case("model-config-a-list", RUN_EVAL, eval_args(model="{box}/m", backend="hf", coords=None),
+             r"m/config\.json", setup=write("m/config.json", "[1, 2]")),
+        # annotations and images (a data folder of their own)
+        *[Case(f"image-{kind}", RUN_EVAL, eval_args(data="{box}/data"), rf"L1\.json \[record \S+\]: {msg}",
+               setup=chain(data(), damage_image(kind)))
+          for kind, msg in (("truncated", "image .* is truncated"), ("garbage", "cannot read image"),
+                            ("broken-stream", "cannot read image .*broken data stream"),
+                            ("cut-marked", "cannot read image .*(truncated|Truncated)"),
+                            ("empty", "cannot read image"), ("bomb", "cannot read image .*(bomb|exceeds)"),
+                            ("text", "cannot read image"), ("missing", "image file not found"),
+                            ("symlink-out", "image path .* leaves"))],
+        Case("annotation-not-json", RUN_EVAL, eval_args(data="{box}/data"), r"L1\.json: malformed JSON",
+             setup=chain(data(), write("data/annotations/L1.json", "[{"))),
+        Case("annotation-not-utf8", RUN_EVAL, eval_args(data="{box}/data"), r"L1\.json: malformed JSON",
+             setup=chain(data(), write("data/annotations/L1.json", b'[{"id": "\xff"}]'))),
+        Case("annotation-an-object", RUN_EVAL, eval_args(data="{box}/data"), r"L1\.json: expected a list of records",
+             setup=chain(data(), write("data/annotations/L1.json", '{"records": []}'))),
+        Case("annotation-duplicated-id", RUN_EVAL, eval_args(data="{box}/data"), r"duplicate record id",
+             setup=chain(data(), edit_record("L1", 1, set_key("id", "p00000_q1")))),
+        Case("annotation-lone-surrogate-id", RUN_EVAL, eval_args(data="{box}/data"),
+             r"\[record p\\ud800q\]: id .* is not valid Unicode text",
+             setup=chain(data(), lambda env: replace_file(
+                 env.box / "data/annotations/L1.json",
+                 (env.box / "data/annotations/L1.json").read_text().replace('"p00000_q1"', '"p\\ud800q"', 1)))),
+        Case("annotation-width-a-string", RUN_EVAL, eval_args(data="{box}/data"), r"width/height must be positive",
+             setup=chain(data(), edit_record("L1", 0, set_key("width", "577")))),
+        Case("annotation-marks-null", RUN_EVAL, eval_args(data="{box}/data"), r"marks must be a list",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks", None)))),
+        Case("annotation-bbox-null", RUN_EVAL, eval_args(data="{box}/data"), r"mark 0: bbox_2d must be a non-empty",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.bbox_2d", None)))),
+        Case("annotation-bbox-nan", RUN_EVAL, eval_args(data="{box}/data"), r"non-finite coordinate",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.bbox_2d", [float("nan"), 0, 5, 5])))),
+        Case("annotation-level-l9", RUN_EVAL, eval_args(data="{box}/data"), r"record level 'L9' found in the L1",
+             setup=chain(data(), edit_record("L1", 0, set_key("level", "L9")))),
+        Case("annotation-image-traversal", RUN_EVAL, eval_args(data="{box}/data"), r"image path .* without '\.\.'",
+             setup=chain(data(), edit_record("L1", 0, set_key("image", "../../../outside/secret.jpg")))),
+        Case("annotation-image-absolute", RUN_EVAL, eval_args(data="{box}/data"), r"image path '/etc/hostname'",
+             setup=chain(data(), edit_record("L1", 0, set_key("image", "/etc/hostname")))),
+        Case("annotation-std-an-object", RUN_EVAL, eval_args(data="{box}/data"), r"attributes\.std must be text",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.std", {"a": 1})))),
+        # ids that would become paths outside --out
+        Case("id-climbs-out", RUN_EVAL, eval_args(data="{box}/data"), code=0,
+             check=all_of(exists(report), lambda env, _: None if list((env.box / "out/overlays").glob("L1-af_*.png"))
+                          else "no overlay written"),
+             setup=chain(data(), edit_record("L1", 0, set_key("id", id_escape)))),
+        Case("id-reaches-tmp", RUN_EVAL, eval_args(data="{box}/data"), code=0, check=exists(report),
+             setup=chain(data(), edit_record("L1", 0, set_key("id", tmp_escape)))),
+        Case("id-absolute", RUN_EVAL, eval_args(data="{box}/data"), code=0, check=exists(report),
+             setup=chain(data(), edit_record("L1", 0, set_key("id", f"/tmp/{PROBE}")))),
+        Case("id-nul-and-newline", RUN_EVAL, eval_args(data="{box}/data"), code=0, check=exists(report),
+             setup=chain(data(), edit_record("L1", 0, set_key("id", "a\u0000b\nc")))),
+        # output folders
+        Case("out-a-file", RUN_EVAL, eval_args(out="{box}/f.txt"), A_FILE,
+             setup=write("f.txt", "x"), outputs=()),
+        Case("out-read-only", RUN_EVAL, eval_args(out="{box}/ro"), RO,
+             setup=lambda env: read_only(env, "ro"), outputs=()),
+        Case("out-is-data", RUN_EVAL, eval_args(data="{box}/data", out="{box}/data"), OVERLAP,
+             setup=data(), outputs=()),
+        Case("out-holds-data", RUN_EVAL, eval_args(data="{box}/out/data"), OVERLAP, setup=data(name="out/data"),
+             outputs=()),
+        Case("out-busy", RUN_EVAL, eval_args(), r"in use by another evaluation \(pid 4242\).*another --out",
+             setup=hold_lock),
+        Case("out-empty-name", RUN_EVAL, eval_args(out=""), r"--out", outputs=()),
+        # reruns made otherwise: refused, the way out named
+        Case("rerun-other-model", RUN_EVAL, eval_args(), r"made otherwise \(model: 'other' there, 'ok' now\).*"
+             r"--overwrite", setup=earlier_run({"model": "other"})),
+        Case("rerun-other-backend-url", RUN_EVAL, eval_args(), r"made otherwise \(base_url: .*--overwrite",
+             setup=earlier_run({"base_url": "http://127.0.0.1:9/v1"})),
+        Case("rerun-other-coords", RUN_EVAL, eval_args(), r"made otherwise \(coords: 'rel1000' there",
+             setup=earlier_run({"coords": "rel1000"})),
+        Case("rerun-other-pixels", RUN_EVAL, eval_args(), r"made otherwise \(max_pixels: 50176 there",
+             setup=earlier_run({"max_pixels": 50176})),
+        Case("rerun-other-max-tokens", RUN_EVAL, eval_args(), r"made otherwise \(max_tokens: 100 there",
+             setup=earlier_run({"max_tokens": 100})),
+        Case("rerun-other-structured", RUN_EVAL, eval_args(), r"made otherwise \(structured: True there",
+             setup=earlier_run({"structured": True})),
+        Case("rerun-other-prompt", RUN_EVAL, eval_args(), r"made otherwise \(prompt_hash: 'old' there",
+             setup=earlier_run(edit=lambda ident: ident.update(prompt_hash="old"))),
+        Case("rerun-other-annotations", RUN_EVAL, eval_args(data="{box}/data"), r"made otherwise \(annotations_sha256",
+             setup=chain(data(), earlier_run(data_rel="data"), edit_record("L1", 0, set_key("subject", "Art")))),
+        Case("rerun-other-model-overwrite", RUN_EVAL, eval_args("--overwrite"), code=0,
+             check=report_has("out/run.json", model="ok"), setup=earlier_run({"model": "other"})),
+        Case("rerun-bigger-limit", RUN_EVAL, eval_args(limit="3"), code=0,
+             check=report_has(report, settings__L1_af__coverage__missing=0, meta__limit=3), setup=earlier_run()),
+        Case("run-record-not-json", RUN_EVAL, eval_args(),
+             r"made otherwise \(\S+/run\.json cannot be read\).*--overwrite",
+             setup=chain(earlier_run(), write("out/run.json", "{half"))),
+        Case("run-record-a-list", RUN_EVAL, eval_args(), r"run\.json cannot be read.*--overwrite",
+             setup=chain(earlier_run(), write("out/run.json", "[]"))),
+        Case("run-record-broken-overwrite", RUN_EVAL, eval_args("--overwrite"), code=0, check=exists(report),
+             setup=chain(earlier_run(), write("out/run.json", "[]"))),
+        Case("run-record-without-predictions", RUN_EVAL, eval_args(), code=0, check=exists(report),
+             setup=write("out/run.json", '{"model": "another"}')),
+        Case("predictions-torn-middle", RUN_EVAL, eval_args(), r"L1-af\.jsonl.*--overwrite",
+             setup=chain(earlier_run(), lambda env: replace_file(
+                 env.box / "out/predictions/L1-af.jsonl",
+                 '{"id": "p00000_q1", "resp\n{"id": "p00000_q2", "response": "[]"}\n'))),
+        Case("predictions-not-utf8", RUN_EVAL, eval_args(), code=0, check=exists(report),
+             setup=chain(earlier_run(), write("out/predictions/L1-af.jsonl",
+                                              b'{"id": "p00000_q1", "response": "\xff\xfe"}\n'))),
+        # the endpoint: refusals, errors, hostile replies, credentials
+        Case("endpoint-refuses-one", RUN_EVAL, eval_args(model="refuse-second", limit="3"), code=0,
+             check=report_has(report, settings__L1_af__generation_errors__count=1)),
+        Case("endpoint-refuses-all", RUN_EVAL, eval_args(model="refuse"), code=0,
+             check=report_has(report, settings__L1_af__generation_errors__count=2)),
+        Case("endpoint-refuses-three-turn", RUN_EVAL, eval_args("--three-turn", model="refuse"), code=0,
+             check=report_has(report, settings__L1_af_3t__generation_errors__count=2)),
+        Case("endpoint-401", RUN_EVAL, eval_args(model="auth"), r"endpoint http://127\.0\.0\.1:\d+/v1 answered 401 "
+             r".*API key"),
+        Case("endpoint-404-model", RUN_EVAL, eval_args(model="missing"), r"endpoint .* answered 404 .*model name"),
+        Case("endpoint-401-credentials", RUN_EVAL, eval_args(model="auth", base_url=cred_url),
+             r"endpoint http://127\.0\.0\.1:\d+/v1 answered 401"),
+        Case("endpoint-credentials-ok", RUN_EVAL, eval_args(base_url=cred_url), code=0,
+             check=report_has("out/run.json", base_url=lambda u: "user" not in u)),
+        Case("reply-huge", RUN_EVAL, eval_args(model="huge"), code=0,
+             check=report_has(report, settings__L1_af__parse_failures__too_large=2)),
+        Case("reply-deep", RUN_EVAL, eval_args(model="deep"), code=0,
+             check=report_has(report, settings__L1_af__parse_failures__too_deep=2)),
+        Case("reply-big-numbers", RUN_EVAL, eval_args(model="bignum"), code=0,
+             check=report_has(report, settings__L1_af__coverage__no_valid_box=2)),
+        Case("reply-lone-surrogate", RUN_EVAL, eval_args(model="surrogate"), code=0,
+             check=report_has(report, settings__L1_af__coverage__unparsable=2)),
+        Case("reply-null-content", RUN_EVAL, eval_args(model="null"), code=0,
+             check=report_has(report, settings__L1_af__parse_failures__empty=2)),
+        Case("diagnostics-hostile", RUN_EVAL, eval_args("--diagnostics", model="deep"), code=0,
+             check=report_has(report, diagnostics__n_records=2)),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- build_sft.py
+BUILD = "data_builders/build_sft.py"
+
+
+def build_args(*extra: str, data: str = "{synth}", out: str | None = "{box}/out") -> list[str]:
+    return ["--data", data, *(["--out", out] if out is not None else []), "target_count=24", "workers=1",
+            "vision.min_pixels=3136", "vision.max_pixels=200704", *extra]
+
+
+def build_cases() -> list[Case]:
+    built = exists("out/build_config.yaml", "out/dataset_dict.json")
+    return [
+        Case("out-is-data", BUILD, build_args(data="{box}/data", out="{box}/data"),
+             r"out \S+/data is data \S+/data: write the SFT set to a folder of its own", setup=data(), outputs=()),
+        Case("out-inside-data", BUILD, build_args(data="{box}/data", out="{box}/data/images"),
+             r"out \S+/data/images lies inside data \S+/data: write", setup=data(), outputs=()),
+        Case("data-inside-out", BUILD, build_args(data="{box}/out/data", out="{box}/out"),
+             r"out \S+/out holds data \S+/out/data: write", setup=data(name="out/data"), outputs=()),
+        Case("out-dotdot-is-data", BUILD, build_args(data="{box}/data", out="{box}/data/x/.."),
+             r"out \S+/data/x/\.\. is data \S+/data: write", setup=data(), outputs=()),
+        Case("out-a-model-folder", BUILD, build_args(out="{box}/model"), r"model.*not an SFT build.*another --out",
+             setup=full_copy("model", "model"), outputs=()),
+        Case("out-a-file", BUILD, build_args(out="{box}/f.txt"), A_FILE,
+             setup=write("f.txt", "x"), outputs=()),
+        Case("out-read-only", BUILD, build_args(out="{box}/ro"), RO,
+             setup=lambda env: read_only(env, "ro"), outputs=()),
+        Case("out-empty-name", BUILD, build_args(out=""), r"missing required config value\(s\): out", outputs=()),
+        Case("out-empty-override", BUILD, build_args("out=", out=None), r"bad config: out: Incompatible value 'None'",
+             outputs=()),
+        Case("out-empty-in-config", BUILD, ["--config", "{box}/c.yaml", *build_args(out=None)],
+             r"out must name a folder \(got an empty value\)", setup=write("c.yaml", 'out: ""\n'), outputs=()),
+        Case("unfinished-build-rebuilt", BUILD, build_args(), code=0, check=built,
+             setup=chain(copy_fixture("sft", "out", skip=("build_config.yaml",)))),
+        Case("finished-build-rebuilt", BUILD, build_args(), code=0, check=built, setup=copy_fixture("sft", "out")),
+        Case("data-missing", BUILD, build_args(data="{box}/nodata"), r"data directory not found: .*nodata", outputs=()),
+        Case("data-empty-folder", BUILD, build_args(data="{box}/data"), r"no L1/L2/L3 annotation files",
+             setup=make_dir("data"), outputs=()),
+        Case("data-not-given", BUILD, ["--out", "{box}/out"], r"missing required config value\(s\): data", outputs=()),
+        Case("data-no-records", BUILD, build_args(data="{box}/data"), r"no conversations were built from .*data",
+             setup=chain(data({"L1": 1}), write("data/annotations/L1.json", "[]"))),
+        Case("config-missing", BUILD, ["--config", "{box}/none.yaml", *build_args()],
+             r"/none\.yaml: No such file or directory", outputs=()),
+        Case("config-malformed", BUILD, ["--config", "{box}/c.yaml", *build_args()], r"bad config \S+/c\.yaml: ",
+             setup=write("c.yaml", "seed: [1, 2\ncoords: {"), outputs=()),
+        Case("config-tabs", BUILD, ["--config", "{box}/c.yaml", *build_args()], r"bad config \S+/c\.yaml: ",
+             setup=write("c.yaml", "mix:\n\tthree_turn: 0.5\n"), outputs=()),
+        Case("config-a-list", BUILD, ["--config", "{box}/c.yaml", *build_args()], r"bad config \S+/c\.yaml: ",
+             setup=write("c.yaml", "- 1\n- 2\n"), outputs=()),
+        Case("config-not-utf8", BUILD, ["--config", "{box}/c.yaml", *build_args()], r"bad config \S+/c\.yaml: ",
+             setup=write("c.yaml", b"seed: \xff\xfe\n"), outputs=()),
+        Case("config-unknown-key", BUILD, ["--config", "{box}/c.yaml", *build_args()],
+             r"bad config in \S+/c\.yaml: colors: Key 'colors' not in",
+             setup=write("c.yaml", "colors: 3\n"), outputs=()),
+        Case("config-interpolation", BUILD, ["--config", "{box}/c.yaml", *build_args()],
+             r"tokenizer: \$\{\.\.\.\} interpolation is not read", setup=write("c.yaml", "tokenizer: ${oc.env:HOME}\n"),
+             outputs=()),
+        Case("override-interpolation", BUILD, build_args("tokenizer=${oc.env:HOME}"), r"interpolation is not read",
+             outputs=()),
+        Case("data-interpolation", BUILD, build_args(data="${oc.env:HOME}"), r"data: \$\{\.\.\.\} interpolation",
+             outputs=()),
+        Case("override-unknown-key", BUILD, build_args("colors=3"),
+             r"bad config: colors: Key 'colors' not in 'BuildConfig'", outputs=()),
+        Case("override-without-equals", BUILD, build_args("target_count"), r"overrides must be key=value",
+             outputs=()),
+        Case("override-wrong-type", BUILD, build_args("target_count=many"), r"target_count: Value 'many'", outputs=()),
+        Case("override-lenient-maybe", BUILD, build_args("lenient=maybe"),
+             r"lenient: Value 'maybe' is not a valid bool", outputs=()),
+        *[Case(f"range-{key}-{value}", BUILD, build_args(f"{key}={value}"),  # a share names its section
+               re.escape(key.rsplit(".", 1)[0] if key.startswith(("mix.levels", "mix.modes")) else key) + ".*must be",
+               outputs=())
+          for key, value in (("target_count", "0"), ("target_count", "-5"), ("max_length", "0"), ("workers", "0"),
+                             ("l2_margin", "-1"), ("l2_margin", "nan"), ("l2_margin", "inf"),
+                             ("validation_share", "nan"), ("validation_share", "-0.1"), ("test_share", "1.5"),
+                             ("mix.three_turn", "1.5"), ("mix.three_turn", "nan"), ("mix.levels.L1", "nan"),
+                             ("mix.levels.L1", "-0.45"), ("mix.modes.answer-free", "inf"))],
+        Case("shares-sum-over-one", BUILD, build_args("validation_share=0.5", "test_share=0.6"),
+             r"validation_share and test_share", outputs=()),
+        Case("unknown-level-share", BUILD, build_args("mix.levels.L4=0.1"), r"mix\.levels: unknown keys \['L4'\]",
+             outputs=()),
+        Case("unknown-mode-share", BUILD, build_args("mix.modes.free=0.5"), r"mix\.modes: unknown keys", outputs=()),
+        Case("unknown-coords", BUILD, build_args("coords=pixels"), r"coords='pixels': choose one of", outputs=()),
+        Case("pixels-0", BUILD, build_args("vision.min_pixels=0"), r"need 0 < min_pixels <= max_pixels, got 0,",
+             outputs=()),
+        Case("pixels-min-over-max", BUILD, build_args("vision.min_pixels=900000"), r"min_pixels <= max_pixels",
+             outputs=()),
+        Case("pixels-nan", BUILD, build_args("vision.max_pixels=nan"), r"vision\.max_pixels: Value 'nan'",
+             outputs=()),
+        Case("tokenizer-missing", BUILD, build_args("tokenizer={box}/notok"), r"tokenizer=\S+/notok: .*or null",
+             outputs=()),
+        Case("tokenizer-not-a-tokenizer", BUILD, build_args("tokenizer={synth}"),
+             r"tokenizer=\S+/synth0/data: .*or null", outputs=()),
+        Case("config-a-folder", BUILD, ["--config", "{box}/c", *build_args()], r"/c: Is a directory",
+             setup=make_dir("c"), outputs=()),
+        Case("max-length-drops-all", BUILD, build_args("max_length=10"), r"no conversations were built .*max_length"),
+        # annotations
+        Case("annotation-id-null", BUILD, build_args(data="{box}/data"), r"\[record None\]: id must be",
+             setup=chain(data(), edit_record("L2", 0, set_key("id", None)))),
+        Case("annotation-id-bool", BUILD, build_args(data="{box}/data"), r"\[record True\]: id must be",
+             setup=chain(data(), edit_record("L2", 0, set_key("id", True)))),
+        Case("annotation-hand-an-object", BUILD, build_args(data="{box}/data"), r"attributes\.hand must be text",
+             setup=chain(data(), edit_record("L2", 0, set_key("marks.0.attributes.hand", {"x": 1})))),
+        Case("annotation-height-negative", BUILD, build_args(data="{box}/data"), r"width/height must be positive",
+             setup=chain(data(), edit_record("L3", 0, set_key("height", -4)))),
+        Case("annotation-missing-image-key", BUILD, build_args(data="{box}/data"), r"missing key 'image'",
+             setup=chain(data(), edit_record("L1", 2, drop_key("image")))),
+        Case("annotation-record-a-list", BUILD, build_args(data="{box}/data"), r"record 1 is not an object",
+             setup=chain(data(), edit_level("L1", lambda raw: raw.__setitem__(1, [1, 2])))),
+        Case("annotation-box-outside", BUILD, build_args(data="{box}/data"), r"lies outside the",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.bbox_2d", [0, 0, 99999, 5])))),
+        Case("annotation-box-3-numbers", BUILD, build_args(data="{box}/data"), r"a flat bbox_2d needs 4 numbers",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.bbox_2d", [0, 0, 5])))),
+        Case("annotation-answer-without-id", BUILD, build_args(data="{box}/data"),
+             r"answer mark without attributes\.id",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.id", "")))),
+        Case("image-truncated", BUILD, build_args(data="{box}/data"), r"\[record \S+\]: image .* is truncated",
+             setup=chain(data(), damage_image("truncated", "L2", 0))),
+        Case("image-bomb", BUILD, build_args(data="{box}/data"), r"\[record \S+\]: cannot read image",
+             setup=chain(data(), damage_image("bomb", "L3", 0))),
+        Case("image-broken-stream", BUILD, build_args(data="{box}/data"),
+             r"\[record \S+\]: cannot read image \S+: broken data stream",
+             setup=chain(data(), damage_image("broken-stream"))),
+        Case("image-bomb-lenient", BUILD, build_args("--lenient", data="{box}/data"), code=0,
+             check=report_has("out/stats.json", skipped_records=lambda s: len(s) == 1 and "record" in s[0]),
+             setup=chain(data(), damage_image("bomb", "L1", 1))),
+        Case("image-symlink-outside", BUILD, build_args(data="{box}/data"), r"leaves",
+             setup=chain(data(), damage_image("symlink-out", "L1", 0))),
+        Case("image-wrong-size", BUILD, build_args(data="{box}/data"), r"is \d+x\d+, annotation says \d+x\d+",
+             setup=chain(data(), edit_record("L1", 0, set_key("width", 578)))),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- sft_qwen.py
+TRAIN = "recipes/sft_qwen.py"
+TRAIN_YAML = """model: {model}
+dataset: {sft}
+output_dir: {box}/run
+finetune: full
+freeze: {vision_tower: false, merger: false, llm: false}
+max_length: 4096
+pack_tokens: 4096
+gradient_checkpointing: false
+report_to: []
+dataloader_num_workers: 0
+max_steps: 1
+"""
+
+
+def train_args(*extra: str) -> list[str]:
+    return ["--config", "{box}/train.yaml", *extra]
+
+
+def train_yaml(text: str = TRAIN_YAML) -> Callable[[Env], None]:
+    return write("train.yaml", text)
+
+
+def earlier_training(*overrides: str, work: bool = True) -> Callable[[Env], None]:
+    """box/run as an earlier run left it: its gbtrain_run.json (made with `overrides`) and a checkpoint."""
+    def setup(env: Env) -> None:
+        from gbtrain.config import TrainConfig, load_config
+        from gbtrain.sft_dataset import dataset_pixel_budget
+        from gbtrain.training import claim_output_dir
+
+        cfg = load_config(TrainConfig, env.box / "train.yaml", list(overrides))
+        cfg.vision = dataset_pixel_budget(cfg.dataset)
+        claim_output_dir(cfg, write=True)
+        if work:
+            (env.box / "run" / "checkpoint-2").mkdir()
+    return setup
+
+
+def train_cases() -> list[Case]:
+    y = train_yaml()
+    past_checks = r"every train sample is longer than max_length=10"  # the first error after the output folder
+    return [
+        Case("no-config", TRAIN, [], r"the following arguments are required: --config", outputs=()),
+        Case("config-missing", TRAIN, train_args(), r"/train\.yaml: No such file or directory", outputs=()),
+        Case("config-malformed", TRAIN, train_args(), r"bad config \S+/train\.yaml: ",
+             setup=write("train.yaml", "lr: {llm: 1e-4\n"), outputs=()),
+        Case("config-empty", TRAIN, train_args(), r"missing required config value\(s\): dataset, model, output_dir",
+             setup=write("train.yaml", ""), outputs=()),
+        Case("config-unknown-key", TRAIN, train_args(), r"bad config in \S+/train\.yaml: learning_rate: Key",
+             setup=write("train.yaml", TRAIN_YAML + "learning_rate: 1e-4\n"), outputs=()),
+        Case("config-interpolation", TRAIN, train_args(), r"output_dir: \$\{\.\.\.\} interpolation is not read",
+             setup=write("train.yaml", TRAIN_YAML.replace("{box}/run", "${oc.env:HOME}/run")), outputs=()),
+        Case("override-interpolation", TRAIN, train_args("model=${oc.env:HOME}"), r"model: \$\{\.\.\.\} interpolation",
+             setup=y, outputs=()),
+        Case("override-unknown-nested", TRAIN, train_args("lora.rank=8"),
+             r"lora\.rank: Key 'rank' not in 'LoraSettings'", setup=y, outputs=()),
+        Case("override-wrong-type", TRAIN, train_args("per_device_batch_size=two"),
+             r"per_device_batch_size: Value 'two' .*could not be converted to Integer", setup=y, outputs=()),
+        *[Case(f"range-{key}-{value}", TRAIN, train_args(f"{key}={value}"), rf"unsupported training options:.*"
+               rf"{re.escape(key)}=",
+               setup=y, outputs=())
+          for key, value in (("lr.llm", "-1e-4"), ("lr.merger", "nan"), ("lr.vision_tower", "inf"),
+                             ("per_device_batch_size", "0"), ("gradient_accumulation_steps", "0"),
+                             ("num_train_epochs", "0"), ("num_train_epochs", "nan"), ("warmup_ratio", "nan"),
+                             ("warmup_ratio", "-0.1"), ("lora.dropout", "1.0"), ("lora.r", "0"), ("max_steps", "0"),
+                             ("max_steps", "-5"), ("save_total_limit", "0"), ("max_grad_norm", "nan"),
+                             ("weight_decay", "-1"), ("max_length", "0"), ("pack_tokens", "-1"),
+                             ("limit_train_samples", "0"), ("eval_steps", "0"), ("peak_tflops", "nan"))],
+        Case("precision-bf16-on-cpu", TRAIN, train_args("precision=bf16"), r"precision=bf16 needs a CUDA GPU", setup=y,
+             outputs=()),
+        Case("precision-unknown", TRAIN, train_args("precision=fp8"), r"precision='fp8'", setup=y, outputs=()),
+        Case("qlora-on-cpu", TRAIN, train_args("finetune=qlora"), r"finetune=qlora needs a CUDA GPU", setup=y,
+             outputs=()),
+        Case("finetune-unknown", TRAIN, train_args("finetune=dora"), r"finetune='dora'", setup=y, outputs=()),
+        Case("flash-attention-on-cpu", TRAIN, train_args("attn_implementation=flash_attention_2"),
+             r"flash_attention_2 needs a CUDA GPU", setup=y, outputs=()),
+        Case("model-init-unknown", TRAIN, train_args("model_init=magic"), r"model_init='magic'", setup=y, outputs=()),
+        Case("lora-unfrozen-vision", TRAIN, train_args("finetune=lora", "freeze.vision_tower=false"),
+             r"freeze\.vision_tower=false needs finetune=full", setup=y, outputs=()),
+        # the dataset
+        Case("dataset-missing", TRAIN, train_args("dataset={box}/nosft"), r"dataset folder not found: .*nosft",
+             setup=y, outputs=()),
+        Case("dataset-unfinished", TRAIN, train_args("dataset={box}/sft"), r"sft is not a finished build.*build_sft",
+             setup=chain(y, copy_fixture("sft", "sft", skip=("build_config.yaml",))), outputs=()),
+        Case("dataset-is-raw-pages", TRAIN, train_args("dataset={synth}"), r"is not a finished build", setup=y,
+             outputs=()),
+        Case("dataset-build-config-broken", TRAIN, train_args("dataset={box}/sft"), r"sft/build_config\.yaml",
+             setup=chain(y, copy_fixture("sft", "sft", skip=("build_config.yaml",)),
+                         write("sft/build_config.yaml", "vision: [1, 2\n")), outputs=()),
+        Case("vision-differs", TRAIN, train_args("vision.min_pixels=3136", "vision.max_pixels=50176"),
+             r"differs from the dataset's .*rebuild the data or drop the vision override", setup=y, outputs=()),
+        # the output folder
+        Case("output-other-run", TRAIN, train_args("--resume"),
+             r"holds a run made otherwise \(lr: .*another output_dir",
+             setup=chain(y, earlier_training("lr.llm=5e-4")), outputs=()),
+        Case("output-other-dataset-resume", TRAIN, train_args("--resume", "dataset={box}/sft2"),
+             r"made otherwise \(dataset: ", setup=chain(y, copy_fixture("sft", "sft2"), earlier_training())),
+        Case("output-same-run-no-resume", TRAIN, train_args(), r"this run's work \(checkpoint-2\): pass --resume",
+             setup=chain(y, earlier_training()), outputs=()),
+        Case("output-unrecorded-work", TRAIN, train_args(), r"holds work that gbtrain did not record \(checkpoint-1\)",
+             setup=chain(y, make_dir("run/checkpoint-1")), outputs=()),
+        Case("output-record-corrupt", TRAIN, train_args("--resume"),
+             r"run/gbtrain_run\.json cannot be read .*choose another output_dir",
+             setup=chain(y, write("run/gbtrain_run.json", "{oops"), make_dir("run/checkpoint-2")), outputs=()),
+        Case("output-record-corrupt-no-work", TRAIN, train_args("max_length=10"), past_checks,
+             setup=chain(y, write("run/gbtrain_run.json", "{oops")), outputs=("run",)),
+        Case("output-claimed-without-work", TRAIN, train_args("max_length=10"), past_checks,
+             setup=chain(y, earlier_training("lr.llm=5e-4", work=False)), outputs=("run",)),
+        Case("output-is-model", TRAIN, train_args("model={box}/model", "output_dir={box}/model", "max_length=10"),
+             OVERLAP,
+             setup=chain(y, full_copy("model", "model")), outputs=()),
+        Case("output-inside-dataset", TRAIN, train_args("output_dir={sft}/run", "max_length=10"), OVERLAP, setup=y,
+             outputs=()),
+        Case("output-a-file", TRAIN, train_args("output_dir={box}/f.txt"), A_FILE,
+             setup=chain(y, write("f.txt", "x")), outputs=()),
+        Case("output-read-only", TRAIN, train_args("output_dir={box}/ro"), RO,
+             setup=chain(y, lambda env: read_only(env, "ro")), outputs=()),
+        # the model
+        Case("model-missing", TRAIN, train_args("model={box}/nomodel"), r"model not found: \S+/nomodel \(a folder",
+             setup=y, outputs=()),
+        Case("model-not-a-model", TRAIN, train_args("model={synth}"), r"synth0/data\. Can't instantiate a processor",
+             setup=y, outputs=("run",)),
+        Case("max-length-drops-all", TRAIN, train_args("max_length=10"), past_checks, setup=y, outputs=("run",)),
+        Case("report-to-unknown", TRAIN, train_args("report_to=[carrier-pigeon]"), r"carrier-pigeon is not supported",
+             setup=y,
+             outputs=("run",)),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- merge_lora.py
+MERGE = "recipes/merge_lora.py"
+
+
+def merge_args(*extra: str, base: str = "{model}", adapter: str = "{adapter}", out: str = "{box}/out") -> list[str]:
+    return ["--base", base, "--adapter", adapter, "--out", out, *extra]
+
+
+def adapter_config(text: str) -> Callable[[Env], None]:
+    return chain(copy_fixture("adapter", "lora", skip=("adapter_config.json",)),
+                 write("lora/adapter_config.json", text))
+
+
+def merge_cases() -> list[Case]:
+    return [
+        Case("other-base", MERGE, merge_args(base="Qwen/Qwen2.5-VL-3B-Instruct"),
+             r"trained on .*, not Qwen/Qwen2\.5-VL-3B-Instruct.*--allow-other-base", outputs=()),
+        Case("adapter-missing", MERGE, merge_args(adapter="{box}/nolora"), r"no adapter_config\.json in .*nolora",
+             outputs=()),
+        Case("adapter-a-model", MERGE, merge_args(adapter="{model}"), r"not a LoRA adapter folder", outputs=()),
+        Case("adapter-config-not-json", MERGE, merge_args(adapter="{box}/lora"), r"lora/adapter_config\.json",
+             setup=adapter_config("{nope"), outputs=()),
+        Case("adapter-config-a-list", MERGE, merge_args(adapter="{box}/lora"), r"lora/adapter_config\.json",
+             setup=adapter_config("[]"), outputs=()),
+        Case("adapter-base-a-number", MERGE, merge_args(adapter="{box}/lora"), r"lora/adapter_config\.json",
+             setup=adapter_config('{"base_model_name_or_path": 7}'), outputs=()),
+        Case("adapter-half-written", MERGE, merge_args(adapter="{box}/lora"),
+             r"no adapter weights \(adapter_model\.safetensors\) in \S+/lora: point --adapter",
+             setup=copy_fixture("adapter", "lora", skip=("adapter_model.safetensors",)), outputs=()),
+        Case("base-missing", MERGE, merge_args("--allow-other-base", base="{box}/nobase"),
+             r"--base not found: \S+/nobase \(a folder, or a hub id", outputs=()),
+        Case("unknown-dtype", MERGE, merge_args("--dtype", "int4"), r"--dtype: invalid choice: 'int4'", outputs=()),
+        Case("out-is-adapter", MERGE, merge_args(adapter="{box}/lora", out="{box}/lora"), OVERLAP,
+             setup=full_copy("adapter", "lora"), outputs=()),
+        Case("out-is-base", MERGE, merge_args("--allow-other-base", base="{box}/base", out="{box}/base"), OVERLAP,
+             setup=full_copy("model", "base"), outputs=()),
+        Case("out-inside-adapter", MERGE, merge_args(adapter="{box}/lora", out="{box}/lora/merged"), OVERLAP,
+             setup=full_copy("adapter", "lora"), outputs=()),
+        Case("out-a-file", MERGE, merge_args(out="{box}/f.txt"), A_FILE,
+             setup=write("f.txt", "x"), outputs=()),
+        Case("out-read-only", MERGE, merge_args(out="{box}/ro"), RO,
+             setup=lambda env: read_only(env, "ro"), outputs=()),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- image_reliance.py
+RELIANCE = "scripts/image_reliance.py"
+
+
+def reliance_args(*extra: str, data: str = "{sft}", model: str = "{model}") -> list[str]:
+    return ["--model", model, "--data", data, "--limit", "1", "--batch-size", "1", *extra]
+
+
+def reliance_cases() -> list[Case]:
+    return [
+        Case("data-missing", RELIANCE, reliance_args(data="{box}/nosft"), r"dataset folder not found: .*nosft",
+             outputs=()),
+        Case("data-unfinished", RELIANCE, reliance_args(data="{box}/sft"), r"not a finished build",
+             setup=copy_fixture("sft", "sft", skip=("build_config.yaml",)), outputs=()),
+        Case("data-raw-pages", RELIANCE, reliance_args(data="{synth}"), r"not a finished build", outputs=()),
+        Case("unknown-split", RELIANCE, reliance_args("--split", "dev"), r"has no 'dev' split", outputs=()),
+        Case("limit-0", RELIANCE, reliance_args("--limit", "0"), r"--limit 0: must be at least 1", outputs=()),
+        Case("limit-negative", RELIANCE, reliance_args("--limit", "-2"), r"--limit -2: must be at least 1", outputs=()),
+        Case("batch-size-0", RELIANCE, reliance_args("--batch-size", "0"), r"--batch-size 0: must be at least 1",
+             outputs=()),
+        Case("model-missing", RELIANCE, reliance_args(model="{box}/nomodel"), r"model not found: \S+/nomodel",
+             outputs=()),
+        Case("model-not-a-model", RELIANCE, reliance_args(model="{synth}"), r"synth0/data\. .*config\.json",
+             outputs=()),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- compare.py
+COMPARE = "eval/compare.py"
+
+
+def reports(edit_a: Callable[[dict], None] | None = None, edit_b: Callable[[dict], None] | None = None):
+    """box/a.json and box/b.json: copies of one real report, each optionally edited."""
+    def setup(env: Env) -> None:
+        original = json.loads(env.fixtures["report"].read_text(encoding="utf-8"))
+        for name, edit in (("a.json", edit_a), ("b.json", edit_b)):
+            doc = json.loads(json.dumps(original))
+            if edit:
+                edit(doc)
+            replace_file(env.box / name, json.dumps(doc))
+    return setup
+
+
+def meta(**changes) -> Callable[[dict], None]:
+    return lambda doc: doc["meta"].update(changes)
+
+
+def compare_args(out: str = "{box}/out/gains.md") -> list[str]:
+    return ["{box}/a.json", "{box}/b.json", "--out", out]
+
+
+def compare_cases() -> list[Case]:
+    def drop_setting(doc: dict) -> None:
+        doc["settings"] = {k + "-x": v for k, v in doc["settings"].items()}
+
+    def groups(doc: dict) -> None:
+        next(iter(doc["settings"].values()))["n_groups"] += 1
+
+    return [
+        Case("same-report", COMPARE, compare_args(), code=0, check=exists("out/gains.md", "out/gains.png"),
+             setup=reports()),
+        Case("other-annotations", COMPARE, compare_args(), r"annotations_sha256: .*evaluate both with the same --data",
+             setup=reports(edit_b=meta(annotations_sha256="0" * 16)), outputs=()),
+        Case("other-limit", COMPARE, compare_args(), r"limit: 2 vs 3", setup=reports(edit_b=meta(limit=3)), outputs=()),
+        Case("other-judge", COMPARE, compare_args(), r"judge: 'rule' vs 'vllm:x'",
+             setup=reports(edit_b=meta(judge="vllm:x")), outputs=()),
+        Case("other-scorer", COMPARE, compare_args(), r"scorer_sha256: '\w+' vs 'x'",
+             setup=reports(edit_b=meta(scorer_sha256="x")),
+             outputs=()),
+        Case("no-common-setting", COMPARE, compare_args(), r"no setting in common", setup=reports(edit_b=drop_setting),
+             outputs=()),
+        Case("other-groups", COMPARE, compare_args(), r"L1-af: 2 vs 3 groups", setup=reports(edit_b=groups),
+             outputs=()),
+        Case("judge-credentials", COMPARE, compare_args(), r"judge: 'rule' vs 'openai:m@http://host/v1'",
+             setup=reports(edit_b=meta(judge=f"openai:m@http://user:{SECRET}@host/v1")), outputs=()),
+        Case("file-missing", COMPARE, compare_args(), r"cannot read .*a\.json", outputs=()),
+        Case("file-truncated", COMPARE, compare_args(), r"cannot read .*b\.json",
+             setup=chain(reports(), lambda env: replace_file(env.box / "b.json",
+                                                             (env.box / "b.json").read_bytes()[:99])),
+             outputs=()),
+        Case("file-a-list", COMPARE, compare_args(), r"a\.json is not a report\.json", setup=chain(
+            reports(), write("a.json", "[]")), outputs=()),
+        Case("file-a-folder", COMPARE, compare_args(), r"cannot read .*a\.json", setup=chain(reports(),
+             lambda env: (env.box / "a.json").unlink(), make_dir("a.json")), outputs=()),
+        Case("meta-null", COMPARE, compare_args(), r"a\.json is not a report\.json",
+             setup=reports(edit_a=lambda doc: doc.update(meta=None)), outputs=()),
+        Case("settings-strings", COMPARE, compare_args(), r"a\.json is not a report\.json",
+             setup=reports(edit_a=lambda doc: doc.update(settings={k: "x" for k in doc["settings"]})), outputs=()),
+        Case("metric-missing", COMPARE, compare_args(), r"b\.json is not a report\.json",
+             setup=reports(edit_b=lambda doc: [s.pop("accuracy") for s in doc["settings"].values()]), outputs=()),
+        Case("out-is-input", COMPARE, compare_args(out="{box}/a.json"), r"--out .*a\.json .*input", setup=reports(),
+             outputs=()),
+        Case("out-a-folder", COMPARE, compare_args(out="{box}/out"), r"out.*(Is a directory|folder)",
+             setup=chain(reports(), make_dir("out"))),
+        Case("out-read-only", COMPARE, compare_args(out="{box}/ro/g.md"), RO,
+             setup=chain(reports(), lambda env: read_only(env, "ro")), outputs=()),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- synth_pages.py
+SYNTH = "data_builders/synth_pages.py"
+
+
+def synth_cases() -> list[Case]:
+    base = ["--out", "{box}/out", "--pages", "1", "--workers", "1"]
+    return [
+        *[Case(f"{flag[2:]}-{value}", SYNTH, [*base, flag, value], message, outputs=())
+          for flag, value, message in (
+              ("--pages", "0", r"pages \(0\) and workers .* must be at least 1"),
+              ("--pages", "-1", r"pages \(-1\) and workers .* must be at least 1"),
+              ("--wrong-share", "0.01", r"wrong_share must be in \[0\.1, 0\.9\], got 0\.01"),
+              ("--wrong-share", "nan", r"wrong_share must be in .*got nan"),
+              ("--wrong-share", "inf", r"wrong_share must be in .*got inf"),
+              ("--blank-share", "-0.1", r"blank_share must be in \[0, 0\.3\], got -0\.1"),
+              ("--blank-share", "nan", r"blank_share must be in .*got nan"),
+              ("--workers", "0", r"workers \(0\) must be at least 1"),
+              ("--workers", "-2", r"workers \(-2\) must be at least 1"))],
+        Case("pages-not-a-number", SYNTH, [*base, "--pages", "many"], r"--pages: invalid int value", outputs=()),
+        Case("out-a-file", SYNTH, ["--out", "{box}/f.txt", "--pages", "1", "--workers", "1"],
+             A_FILE, setup=write("f.txt", "x"), outputs=()),
+        Case("out-read-only", SYNTH, ["--out", "{box}/ro", "--pages", "1", "--workers", "1"],
+             RO, setup=lambda env: read_only(env, "ro"), outputs=()),
+        Case("out-empty-name", SYNTH, ["--out", "", "--pages", "1", "--workers", "1"],
+             r"--out is empty: name the output folder", outputs=()),
+        Case("out-holds-other-data", SYNTH, ["--out", "{box}/data", "--pages", "1", "--workers", "1"],
+             r"\S+/data already holds a dataset that synth_pages did not finish .*another --out", setup=data(),
+             outputs=()),
+        Case("rerun-over-own-output", SYNTH, ["--out", "{box}/out", "--pages", "1", "--workers", "1"], code=0,
+             check=exists("out/annotations/L3.json", "out/synth_pages.json"),
+             setup=chain(data(name="out"), write("out/synth_pages.json", '{"pages": 3}'))),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- make_tiny_model.py
+TINY = "scripts/make_tiny_model.py"
+TINY_EXIT = 2
+
+
+def tiny_cases() -> list[Case]:
+    sizes = r"--hidden >= 64, --vision-hidden >= 32, --layers and --vision-depth >= 1"
+    return [
+        Case("hidden-0", TINY, ["--out", "{box}/out", "--hidden", "0"], sizes, code=TINY_EXIT, outputs=()),
+        Case("hidden-negative", TINY, ["--out", "{box}/out", "--hidden", "-64"], sizes, code=TINY_EXIT, outputs=()),
+        Case("layers-0", TINY, ["--out", "{box}/out", "--layers", "0"], sizes, code=TINY_EXIT, outputs=()),
+        Case("vision-hidden-16", TINY, ["--out", "{box}/out", "--vision-hidden", "16"], sizes, code=TINY_EXIT,
+             outputs=()),
+        Case("vision-depth-0", TINY, ["--out", "{box}/out", "--vision-depth", "0"], sizes, code=TINY_EXIT, outputs=()),
+        Case("hidden-not-a-number", TINY, ["--out", "{box}/out", "--hidden", "big"], r"--hidden: invalid int value",
+             outputs=()),
+        Case("out-a-file", TINY, ["--out", "{box}/f.txt"], r"\S*/f\.txt: File exists", code=TINY_EXIT,
+             setup=write("f.txt", "x"), outputs=()),
+        Case("out-read-only", TINY, ["--out", "{box}/ro/m"], r"\S*/ro/m: (Permission denied|Operation not permitted)",
+             code=TINY_EXIT,
+             setup=lambda env: read_only(env, "ro"), outputs=()),
+    ]
+
+
+CASES = [*score_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(), *reliance_cases(),
+         *compare_cases(), *synth_cases(), *tiny_cases()]
+
+
+# ----------------------------------------------------------------------------------------------- the fake endpoint
+REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000,
+           "bignum": '[{"bbox_2d": [1e999999999, 0, ' + "9" * 401 + ', 5], "text": "1", "answer": "1e999999999", '
+                     '"correctness": true}]', "surrogate": "\ud800[\udfff", "null": None}
+
+
+class Endpoint:
+    """A real HTTP server speaking the OpenAI chat API on 127.0.0.1; what it answers depends on the requested
+    model name: ok ("[]"), yes, refuse (400), refuse-second (400 to its second request), auth (401),
+    missing (404), huge, deep, bignum, surrogate (hostile REPLIES) and null (no content)."""
+
+    def __init__(self):
+        import http.server
+
+        counts: Counter = Counter()
+        replies = REPLIES
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                model = body.get("model", "")
+                counts[model] += 1
+                status, reply = 200, replies.get(model, "[]")
+                if model == "refuse" or (model == "refuse-second" and counts[model] == 2):
+                    status = 400
+                elif model == "auth":
+                    status = 401
+                elif model == "missing":
+                    status = 404
+                if status != 200:
+                    doc = {"error": {"message": f"refused ({status})", "type": "invalid_request_error"}}
+                else:
+                    doc = {"id": "x", "object": "chat.completion", "created": 0, "model": model,
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": reply}}]}
+                data = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+# ----------------------------------------------------------------------------------------------- running a case
+class CaseTimeout(BaseException):
+    """Raised in the main thread when a case passes its time limit (BaseException: no `except Exception` hides it)."""
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under root with its kind, and a file's size and modification time (what a write changes; a
+    folder's own time changes with its entries, which are listed themselves)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            kind = st.st_mode >> 12
+            out[str(p)] = (kind, 0, 0) if name in dirnames else (kind, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def changed(before: dict, after: dict) -> set[str]:
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def run_script(script: str, argv: list[str], cwd: Path, env: dict[str, str],
+               limit_s: float) -> tuple[str, int | None, str, str]:
+    """(how it ended: exit / traceback / hang, exit code, stdout, stderr) of `script` run as __main__ here."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_cwd, saved_env = sys.argv, os.getcwd(), dict(os.environ)
+
+    def on_alarm(*_):
+        raise CaseTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    ended, code = "exit", 0
+    try:
+        os.chdir(cwd)
+        os.environ.update(env)
+        sys.argv = [str(ROOT / script), *argv]
+        signal.setitimer(signal.ITIMER_REAL, limit_s)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+            except SystemExit as e:
+                if isinstance(e.code, str):  # what the interpreter does with sys.exit("message")
+                    err.write(e.code + "\n")
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except CaseTimeout:
+                ended = "hang"
+            except Exception:  # a bug's traceback, kept for the assertion message
+                import traceback
+
+                err.write(traceback.format_exc())
+                ended = "traceback"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return ended, code, out.getvalue(), err.getvalue()
+
+
+_NOISE = re.compile(r"(^\S+: warning: |Warning: |^\s*warnings\.warn|it/s\]|s/it\]|^\s*$)")
+
+
+def final_message(stderr: str, prog: str) -> tuple[str | None, bool]:
+    """The refusal at the end of stderr: its last `prog: ...` line with any indented problem list after it,
+    and whether nothing else follows it (warnings and progress bars aside)."""
+    lines = [ln for ln in re.split(r"[\r\n]+", stderr) if not _NOISE.search(ln)]
+    prefixes = (f"{prog}: ", f"{prog}.py: error: ")
+    heads = [i for i, ln in enumerate(lines) if ln.startswith(prefixes)]
+    if not heads:
+        return (lines[-1] if lines else None), False
+    block = lines[heads[-1]:]
+    return "\n".join(block), all(ln.startswith("  ") for ln in block[1:])
+
+
+def classify(case: Case, ended: str, code: int | None, stdout: str, stderr: str, escaped: list[str], env: Env) -> str:
+    """One outcome class for a run (see the module docstring)."""
+    if ended in ("hang", "traceback") or "Traceback (most recent call last)" in stderr:
+        return "hang" if ended == "hang" else "traceback"
+    if escaped or SECRET in stdout or SECRET in stderr:
+        return "escaped"
+    if case.code == 0:
+        if code != 0:
+            return "unclear"
+        return "silent" if case.check and case.check(env, stdout) else "clear"
+    if code == 0:
+        return "silent"
+    message, alone = final_message(stderr, Path(case.script).stem)
+    if code != case.code or message is None or not alone or not re.search(case.message, message, re.S):
+        return "unclear"
+    return "clear"
+
+
+def leaked(paths) -> list[str]:
+    """The written (new or changed) files that hold the secret."""
+    return [p for p in paths if Path(p).is_file() and not Path(p).is_symlink()
+            and SECRET.encode() in Path(p).read_bytes()]
+
+
+def run_case(case: Case, tmp_path: Path, fixtures: dict[str, Path], url: str) -> tuple[str, str]:
+    """Set the case up in its sandbox, run it, and classify it; returns (class, a description for failures)."""
+    box, outside = tmp_path / "box", tmp_path / "outside"
+    box.mkdir()
+    outside.mkdir()
+    (outside / "keep.txt").write_text("must not change\n")
+    env = Env(box, outside, fixtures, url)
+    try:
+        if case.setup:
+            case.setup(env)
+        roots = [tmp_path, *{p if p.is_dir() else p.parent for p in fixtures.values()}]
+        before = {r: snapshot(r) for r in roots}
+        probes_before = set(Path("/tmp").glob(f"*{PROBE}*"))
+        argv = [env.sub(a) for a in case.args]
+        started = time.perf_counter()
+        ended, code, stdout, stderr = run_script(case.script, argv, box, FIXED_ENV, case.limit_s)
+        took = time.perf_counter() - started
+        allowed = [str(box / o) for o in case.outputs]
+        escaped = sorted(p for r in roots for p in changed(before[r], snapshot(r))
+                         if not any(p == a or p.startswith(a + "/") for a in allowed))
+        escaped += [str(p) for p in set(Path("/tmp").glob(f"*{PROBE}*")) - probes_before]
+        escaped += leaked(p for p in changed(before[tmp_path], snapshot(tmp_path)) if p.startswith(str(box)))
+        outcome = classify(case, ended, code, stdout, stderr, escaped, env)
+    finally:
+        release(env)
+        while _HELD:
+            _HELD.pop().close()
+    problem = case.check(env, stdout) if case.check and outcome == "silent" and code == 0 and case.code == 0 else None
+    detail = (f"{case.id}: {outcome} (exit {code}, expected {case.code}, {took:.1f} s)\n"
+              f"  argv: {argv}\n  expected message: {case.message!r}\n"
+              + (f"  check: {problem}\n" if problem else "") + (f"  changed outside the output: {escaped[:8]}\n"
+                                                                 if escaped else "")
+              + f"  stderr tail:\n{stderr[-2500:]}\n  stdout tail:\n{stdout[-800:]}")
+    return outcome, detail
+
+
+FIXED_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+             "OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "HF_DATASETS_OFFLINE": "1"}
+
+
+# ----------------------------------------------------------------------------------------------- fixtures and tests
+@pytest.fixture(scope="module")
+def endpoint():
+    server = Endpoint()
+    yield server
+    server.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tiny_model_dir, tmp_path_factory):
+    """A LoRA adapter of the tiny model (untrained: merge_lora only needs its files)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    peft = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    out = tmp_path_factory.mktemp("adapter") / "lora"
+    peft.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def report_json(synth_dir, endpoint, tmp_path_factory):
+    """A real report.json (two settings, two records each) for compare.py."""
+    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+
+    out = tmp_path_factory.mktemp("report") / "ev"
+    evaluate_checkpoint(EvalRun(model="ok", data=str(synth_dir), out=str(out), backend="openai", base_url=endpoint.url,
+                                settings="L1-af,L3-ab", limit=2, coords="qwen25", overlays=0,
+                                min_pixels=TEST_MIN_PIXELS, max_pixels=TEST_MAX_PIXELS), progress=False)
+    return out / "report.json"
+
+
+@pytest.fixture(scope="module")
+def fixtures(tiny_model_dir, synth_dir, sft_dir, adapter_dir, report_json):
+    return {"model": Path(tiny_model_dir), "synth": Path(synth_dir), "sft": Path(sft_dir), "adapter": adapter_dir,
+            "report": report_json}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case, fixtures, endpoint, tmp_path):
+    outcome, detail = run_case(case, tmp_path, fixtures, endpoint.url)
+    OUTCOMES[case.id] = outcome
+    assert outcome == "clear", detail
+
+
+def counts_table(outcomes: dict[str, str]) -> str:
+    counts = Counter(outcomes.values())
+    by_script = Counter(case_id.split("-", 1)[0] for case_id in outcomes)
+    lines = [f"cases tried: {len(outcomes)} ({', '.join(f'{k} {v}' for k, v in sorted(by_script.items()))})"]
+    lines += [f"{name:>10}: {counts.get(name, 0)}" for name in CLASSES]
+    bad = sorted(f"{c} ({o})" for c, o in outcomes.items() if o != "clear")
+    return "\n".join(lines + ([f"not clear: {', '.join(bad)}"] if bad else []))
+
+
+def test_counts(capsys):
+    """The corpus's counts by outcome class (printed; the cases themselves assert)."""
+    with capsys.disabled():
+        print("\n" + counts_table(OUTCOMES))
+    assert len({c.id for c in CASES}) == len(CASES) >= 160
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
