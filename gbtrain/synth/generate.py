@@ -146,7 +146,9 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
     return PageOutput(page_id, subject, page_jpeg, l3, l2, l1)
 
 
-def _write_page(out: Path, page: PageOutput) -> None:
+def write_page(out: Path, page: PageOutput) -> None:
+    """Write one page's images (L3 page, L2 alias, L1 crops) into a dataset folder: the synthetic generator and
+    the converters write pages the same way."""
     l3_path = out / "images" / "L3" / page.l3.image
     l3_path.parent.mkdir(parents=True, exist_ok=True)
     l3_path.write_bytes(page.jpeg)
@@ -166,7 +168,7 @@ def _write_page(out: Path, page: PageOutput) -> None:
 def _job(args: tuple[int, int, SynthOptions, str]) -> PageOutput:
     seed, index, options, out = args
     page = generate_page(seed, index, options)
-    _write_page(Path(out), page)
+    write_page(Path(out), page)
     page.jpeg = b""  # written already; do not ship image bytes back to the parent
     page.l1 = [(r, b"") for r, _ in page.l1]
     return page
