@@ -29,8 +29,12 @@ def main() -> None:
     ap.add_argument("--backend", default="vllm", choices=("vllm", "hf", "openai"))
     ap.add_argument("--judge", default="rule", help="rule, vllm:MODEL or openai:MODEL[@URL]")
     ap.add_argument("--coords", default=None, help="default: from the checkpoint's model_type or the model name")
-    ap.add_argument("--min-pixels", type=int, default=None, help="default: the checkpoint's processor setting")
-    ap.add_argument("--max-pixels", type=int, default=None)
+    ap.add_argument("--min-pixels", type=int, default=None,
+                    help="default: the budget the recipe recorded in the checkpoint, else 50176")
+    ap.add_argument("--max-pixels", type=int, default=None, help="default: as --min-pixels, else 1724800")
+    ap.add_argument("--l2-margin", type=float, default=None,
+                    help="margin of L2 regions derived from answers (pages without question marks); default: the "
+                         "checkpoint's training build's, else 0.02")
     ap.add_argument("--max-tokens", type=int, default=8192)
     ap.add_argument("--max-model-len", type=int, default=32768)
     ap.add_argument("--tensor-parallel-size", type=int, default=1)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from gbtrain.coords import PixelBudget
+from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ class BuildConfig:
     validation_share: float = 0.05  # of pages
     test_share: float = 0.10  # of pages
     mix: MixConfig = field(default_factory=MixConfig)
-    l2_margin: float = 0.02
+    l2_margin: float = DEFAULT_L2_MARGIN
     lenient: bool = False  # skip bad records (counted and listed) instead of stopping
     workers: int = 2
 

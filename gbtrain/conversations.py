@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from gbtrain import prompts
-from gbtrain.coords import PixelBudget, to_model
+from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget, to_model
 from gbtrain.schema import Box, Group, Record
 
 
@@ -45,7 +45,7 @@ def answer_items(record: Record, coords: str, budget: PixelBudget) -> list[dict]
     ]
 
 
-def regions_to_grade(record: Record, margin: float = 0.02) -> list[Box]:
+def regions_to_grade(record: Record, margin: float) -> list[Box]:
     """L2: the question regions to grade. From the record's question marks; without any, the enclosing
     box of the record's answer boxes plus a margin (a fraction of the page's longer side)."""
     if record.context_regions:
@@ -65,13 +65,21 @@ def dump(items: list[dict]) -> str:
     return json.dumps(items, ensure_ascii=False)
 
 
-def build_conversation(record: Record, mode: str, three_turn: bool, coords: str, budget: PixelBudget,
-                       l2_margin: float = 0.02) -> Conversation:
+def prompt_inputs(record: Record, mode: str, coords: str, budget: PixelBudget,
+                  l2_margin: float) -> tuple[list[list] | None, list[tuple[str, str | None]] | None]:
+    """What a record's first prompt carries besides the instructions: the L2 regions to grade (in the model's
+    convention) and, answer-based, the references. The builder and the evaluator both ask here, so a model is
+    evaluated on the prompts it was trained on."""
     regions = None
     if record.level == "L2":
         regions = [to_model(b, record.width, record.height, coords, budget)
                    for b in regions_to_grade(record, l2_margin)]
-    refs = references(record) if mode == "answer-based" else None
+    return regions, references(record) if mode == "answer-based" else None
+
+
+def build_conversation(record: Record, mode: str, three_turn: bool, coords: str, budget: PixelBudget,
+                       l2_margin: float = DEFAULT_L2_MARGIN) -> Conversation:
+    regions, refs = prompt_inputs(record, mode, coords, budget, l2_margin)
     items = answer_items(record, coords, budget)
     if not three_turn:
         messages = [

@@ -150,28 +150,42 @@ def model_unit_size(width: int, height: int, convention: str,
     return 1.0 / sx, 1.0 / sy
 
 
-# A checkpoint trained by the recipe records the box convention and pixel budget of its training targets.
+# A checkpoint trained by the recipe records how its training prompts and targets were made: the box
+# convention, the pixel budget and the margin of derived L2 regions.
 CHECKPOINT_RECORD = "gbtrain_checkpoint.json"
+DEFAULT_L2_MARGIN = 0.02  # of the page's longer side, around the answers of an L2 record without a question mark
 
 
-def write_checkpoint_record(folder: str | Path, coords: str, budget: PixelBudget) -> None:
-    record = {"coords": coords, "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels}
-    (Path(folder) / CHECKPOINT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+@dataclass(frozen=True)
+class CheckpointRecord:
+    coords: str
+    budget: PixelBudget
+    l2_margin: float = DEFAULT_L2_MARGIN
 
 
-def read_checkpoint_record(folder: str | Path) -> tuple[str, PixelBudget] | None:
-    """(coords, budget) the recipe recorded in a checkpoint folder; None for any other checkpoint."""
+def write_checkpoint_record(folder: str | Path, record: CheckpointRecord) -> None:
+    data = {"coords": record.coords, "min_pixels": record.budget.min_pixels, "max_pixels": record.budget.max_pixels,
+            "l2_margin": record.l2_margin}
+    (Path(folder) / CHECKPOINT_RECORD).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def read_checkpoint_record(folder: str | Path) -> CheckpointRecord | None:
+    """What the recipe recorded in a checkpoint folder; None for any other checkpoint. A record written before
+    the margin was recorded carries the builder's default margin, which is what its data was built with."""
     path = Path(folder) / CHECKPOINT_RECORD
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        coords, budget = record["coords"], PixelBudget(int(record["min_pixels"]), int(record["max_pixels"]))
-    except (ValueError, KeyError, TypeError) as e:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        record = CheckpointRecord(data["coords"], PixelBudget(int(data["min_pixels"]), int(data["max_pixels"])),
+                                  float(data.get("l2_margin", DEFAULT_L2_MARGIN)))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a gbtrain checkpoint record ({e})") from None
-    if coords not in CONVENTIONS:
-        raise ValueError(f"{path}: unknown coordinate convention {coords!r}")
-    return coords, budget
+    if record.coords not in CONVENTIONS:
+        raise ValueError(f"{path}: unknown coordinate convention {record.coords!r}")
+    if not (0 <= record.l2_margin < 1):
+        raise ValueError(f"{path}: l2_margin {record.l2_margin!r} is not in [0, 1)")
+    return record
 
 # Which convention a model family was trained with (GradingBench format note). Keys are matched
 # against a config.json `model_type` or a model name, lowercased, first match wins.

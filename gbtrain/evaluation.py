@@ -24,8 +24,15 @@ from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
 from gbtrain.backends import Backend, SamplingOptions, VLLMMemory, judge_from_spec, message, without_credentials
 from gbtrain.config import below_minimum, identity_differences, overlapping, require_model
-from gbtrain.conversations import references, regions_to_grade
-from gbtrain.coords import CONVENTIONS, PixelBudget, convention_for_model, read_checkpoint_record, to_model
+from gbtrain.conversations import prompt_inputs
+from gbtrain.coords import (
+    CONVENTIONS,
+    DEFAULT_L2_MARGIN,
+    PixelBudget,
+    convention_for_model,
+    read_checkpoint_record,
+    to_model,
+)
 from gbtrain.judges import LLMJudge, RuleJudge
 from gbtrain.parsing import parse_response
 from gbtrain.schema import LEVELS, Record
@@ -74,7 +81,7 @@ def default_coords(model: str) -> str:
     else of the model name; unknown -> ask the user."""
     recorded = read_checkpoint_record(model)
     if recorded:
-        return recorded[0]
+        return recorded.coords
     cfg = Path(model) / "config.json"
     if cfg.is_file():
         try:
@@ -94,7 +101,13 @@ def default_budget(model: str) -> PixelBudget:
     """The pixel budget the recipe recorded in the checkpoint (its training data's), else GradingBench's.
     A hub checkpoint's own processor keys (e.g. max_pixels 12845056) are never the evaluation budget."""
     recorded = read_checkpoint_record(model)
-    return recorded[1] if recorded else PixelBudget()
+    return recorded.budget if recorded else PixelBudget()
+
+
+def default_l2_margin(model: str) -> float:
+    """The L2 region margin the checkpoint's training data was built with, else the builder's default."""
+    recorded = read_checkpoint_record(model)
+    return recorded.l2_margin if recorded else DEFAULT_L2_MARGIN
 
 
 @lru_cache(maxsize=8)  # L2 records of a page come together; pages can be tens of MB decoded
@@ -114,6 +127,7 @@ class EvalOptions:
     batch_size: int = 256  # records per backend call (and per flushed chunk)
     max_model_len: int | None = None  # with a tokenizer: records whose prompt cannot fit are reported, not sent
     limit: int | None = None
+    l2_margin: float = DEFAULT_L2_MARGIN  # derived L2 regions, as the training data's builder drew them
 
 
 class Evaluator:
@@ -139,16 +153,12 @@ class Evaluator:
         return _decode(image_path(self.data_dir, r))
 
     # ----------------------------------------------------------------------------- prompts per record
-    def _regions(self, r: Record) -> list[list] | None:
-        if r.level != "L2":
-            return None
-        return [to_model(b, r.width, r.height, self.opts.coords, self.opts.budget) for b in regions_to_grade(r)]
-
     def first_prompt(self, r: Record, s: Setting) -> str:
+        o = self.opts
+        regions, refs = prompt_inputs(r, s.mode, o.coords, o.budget, o.l2_margin)
         if s.three_turn:
-            return prompts.turn_locate(r.level, self.opts.coords, self._regions(r))
-        refs = references(r) if s.mode == "answer-based" else None
-        return prompts.single_turn(r.level, s.mode, self.opts.coords, self._regions(r), refs)
+            return prompts.turn_locate(r.level, o.coords, regions)
+        return prompts.single_turn(r.level, s.mode, o.coords, regions, refs)
 
     def _too_long(self, chunk: list[Record], texts: list[str]) -> list[str | None]:
         """Per record: why its prompt cannot fit the context (None when it fits or cannot be checked).
@@ -241,7 +251,8 @@ class Evaluator:
         turns: list[list[str]] = [[] for _ in chunk]
         errors: list[str | None] = [None] * len(chunk)
         follow_ups: list[Callable[[Record], str]] = [
-            lambda r: prompts.turn_solve(s.mode, references(r) if s.mode == "answer-based" else None),
+            lambda r: prompts.turn_solve(s.mode, prompt_inputs(r, s.mode, self.opts.coords, self.opts.budget,
+                                                               self.opts.l2_margin)[1]),
             lambda r: prompts.turn_compare(),
         ]
         outs = self._send(convs, texts, chunk)
@@ -354,6 +365,7 @@ class EvalRun:
     coords: str | None = None
     min_pixels: int | None = None
     max_pixels: int | None = None
+    l2_margin: float | None = None  # None: the checkpoint's recorded margin, else the builder's default
     max_tokens: int = 8192
     max_model_len: int = 32768
     tensor_parallel_size: int = 1
@@ -374,7 +386,7 @@ class EvalRun:
 RUN_RECORD = "run.json"
 
 
-def run_identity(run: EvalRun, coords: str, budget: PixelBudget) -> dict:
+def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: float = DEFAULT_L2_MARGIN) -> dict:
     """What makes an evaluation folder's predictions: the model, how it was asked, and on which data.
     (`--limit`, batch sizes, parallelism and the judge may change between reruns: they do not change a line.)"""
     data = Path(run.data)
@@ -385,7 +397,7 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget) -> dict:
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
     base_url = without_credentials(run.base_url) if run.base_url else None
     return {"model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
-            "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels,
+            "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "l2_margin": l2_margin,
             "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
             "data": str(data.resolve()), "annotations_sha256": digest.hexdigest()[:16]}
 
@@ -429,12 +441,13 @@ def _recorded_identity(path: Path) -> dict | None:
     return recorded if isinstance(recorded, dict) else None
 
 
-def claim_output_folder(out: Path, identity: dict, overwrite: bool) -> None:
+def claim_output_folder(out: Path, identity: dict, overwrite: bool, results: str = "predictions") -> None:
     """Record what makes this folder's predictions; a rerun with anything else is refused rather than mixed
     with them (or, with --overwrite, the old predictions go first). A record without predictions (a run that
-    stopped before its first batch) is replaced."""
+    stopped before its first batch) is replaced. `results`: the subfolder that holds the work (grading new
+    pages keeps its per-page files in OUT/pages)."""
     path = out / RUN_RECORD
-    predictions = out / "predictions"
+    predictions = out / results
     if path.is_file() and predictions.is_dir() and any(predictions.iterdir()):
         recorded = _recorded_identity(path)
         differs = identity_differences(recorded, identity) if recorded is not None else [f"{path} cannot be read"]
@@ -455,9 +468,9 @@ def check_run(run: EvalRun) -> None:
                 "data_parallel_size": (run.data_parallel_size, 1), "batch_size": (run.batch_size, 1),
                 "overlays": (run.overlays, 0), "concurrency": (run.concurrency, 1),
                 "hf_batch_size": (run.hf_batch_size, 1)}
-    for key in ("limit", "min_pixels", "max_pixels", "kv_cache_gib"):
+    for key in ("limit", "min_pixels", "max_pixels", "kv_cache_gib", "l2_margin"):
         if getattr(run, key) is not None:
-            at_least[key] = (getattr(run, key), 1e-9 if key == "kv_cache_gib" else 1)
+            at_least[key] = (getattr(run, key), {"kv_cache_gib": 1e-9, "l2_margin": 0}.get(key, 1))
     bad = below_minimum({f"--{k.replace('_', '-')}": v for k, v in at_least.items()}, sep=" ")
     if bad:
         raise ValueError("; ".join(bad))
@@ -473,6 +486,7 @@ class RunPlan:
 
     coords: str
     budget: PixelBudget
+    l2_margin: float
     settings: list[Setting]
     memory: VLLMMemory
     judge: RuleJudge | LLMJudge  # an LLM judge's engine starts only when first asked
@@ -489,8 +503,9 @@ def plan_run(run: EvalRun) -> RunPlan:
     base_budget = default_budget(run.model)
     budget = PixelBudget(base_budget.min_pixels if run.min_pixels is None else run.min_pixels,
                          base_budget.max_pixels if run.max_pixels is None else run.max_pixels)
+    l2_margin = default_l2_margin(run.model) if run.l2_margin is None else run.l2_margin
     memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
-    return RunPlan(coords, budget, parse_settings(run.settings, run.three_turn), memory,
+    return RunPlan(coords, budget, l2_margin, parse_settings(run.settings, run.three_turn), memory,
                    judge_from_spec(run.judge, memory))
 
 
@@ -508,32 +523,40 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
         return _evaluate(run, plan, progress)
 
 
+def open_backend(run: EvalRun, plan: RunPlan):
+    """The evaluated model's backend as the run's options ask, and its tokenizer (None for an endpoint: its
+    prompts cannot be measured here). Grading new pages (gbtrain.grading) opens its model here too, so both
+    tools ask a checkpoint the same way."""
+    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend
+
+    if run.backend == "vllm":
+        backend = VLLMBackend(run.model, plan.budget, max_model_len=run.max_model_len,
+                              tensor_parallel_size=run.tensor_parallel_size,
+                              data_parallel_size=run.data_parallel_size, structured=run.structured,
+                              memory=plan.memory)
+        return backend, backend.tokenizer()
+    if run.backend == "hf":
+        backend = HFBackend(run.model, plan.budget, batch_size=run.hf_batch_size)
+        return backend, backend.processor.tokenizer
+    return OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency,
+                         budget=plan.budget), None
+
+
 def _evaluate(run: EvalRun, plan: RunPlan, progress: bool) -> dict:
     from gbtrain import reports
-    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend
     from gbtrain.parsing import normalize_items
     from gbtrain.scoring import item_boxes, scorer_sha256, write_report
 
     data = Path(run.data)
-    coords, budget, settings, memory, judge = plan.coords, plan.budget, plan.settings, plan.memory, plan.judge
+    coords, budget, settings, judge = plan.coords, plan.budget, plan.settings, plan.judge
     sampling = SamplingOptions(max_tokens=run.max_tokens)
     out = Path(run.out)
-    identity = run_identity(run, coords, budget)
+    identity = run_identity(run, coords, budget, plan.l2_margin)
     claim_output_folder(out, identity, run.overwrite)  # before any model starts
-    tokenizer = None
-    if run.backend == "vllm":
-        backend = VLLMBackend(run.model, budget, max_model_len=run.max_model_len,
-                              tensor_parallel_size=run.tensor_parallel_size,
-                              data_parallel_size=run.data_parallel_size, structured=run.structured, memory=memory)
-        tokenizer = backend.tokenizer()
-    elif run.backend == "hf":
-        backend = HFBackend(run.model, budget, batch_size=run.hf_batch_size)
-        tokenizer = backend.processor.tokenizer
-    else:
-        backend = OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency,
-                                budget=budget)
+    backend, tokenizer = open_backend(run, plan)
     ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
-                                                   run.max_model_len if tokenizer else None, run.limit),
+                                                   run.max_model_len if tokenizer else None, run.limit,
+                                                   plan.l2_margin),
                    tokenizer=tokenizer, progress=progress)
     for s in settings:
         ev.opts.sampling = SamplingOptions(max_tokens=run.max_tokens,

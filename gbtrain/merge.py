@@ -60,7 +60,7 @@ def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto", allow_oth
     model.save_pretrained(out_dir)
     source = adapter if (Path(adapter) / "processor_config.json").exists() else base
     record = read_checkpoint_record(adapter)
-    processor = load_processor(source, record[1]) if record else AutoProcessor.from_pretrained(source)
+    processor = load_processor(source, record.budget) if record else AutoProcessor.from_pretrained(source)
     processor.save_pretrained(out_dir)
     if record:
         shutil.copyfile(Path(adapter) / CHECKPOINT_RECORD, out_dir / CHECKPOINT_RECORD)

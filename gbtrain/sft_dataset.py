@@ -27,7 +27,7 @@ from tqdm import tqdm
 from gbtrain import annotations
 from gbtrain.config import BuildConfig, below_minimum, load_yaml, overlapping, to_yaml
 from gbtrain.conversations import Conversation, build_conversation, with_image_placeholder
-from gbtrain.coords import CONVENTIONS, PixelBudget
+from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.prompts import MODES
 from gbtrain.schema import LEVELS, Record
 
@@ -356,6 +356,12 @@ def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
     built = _build_config(out)
     vision = built.get("vision") if built is not None else None
     return PixelBudget(int(vision.min_pixels), int(vision.max_pixels)) if vision else None
+
+
+def dataset_l2_margin(out: str | Path) -> float:
+    """The margin a built dataset's derived L2 regions were drawn with (the builder's default when unrecorded)."""
+    built = _build_config(out)
+    return float(built.l2_margin) if built is not None and built.get("l2_margin") is not None else DEFAULT_L2_MARGIN
 
 
 def dataset_coords(out: str | Path) -> str | None:

@@ -13,7 +13,7 @@ from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
 from gbtrain.config import TrainConfig, identity_differences, overlapping, require_model, to_yaml
-from gbtrain.coords import PixelBudget, write_checkpoint_record
+from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
 from gbtrain.modeling import (
     check_options,
     llm_parameter_count,
@@ -25,6 +25,7 @@ from gbtrain.modeling import (
 from gbtrain.sft_dataset import (
     LengthCounter,
     dataset_coords,
+    dataset_l2_margin,
     dataset_pixel_budget,
     finished_build,
     load_sft_dataset,
@@ -275,7 +276,7 @@ def train(cfg: TrainConfig) -> dict:
         processor.save_pretrained(cfg.output_dir)
         coords = dataset_coords(cfg.dataset)
         if coords:  # the evaluator reads it, so a model trained on another convention or budget is not misread
-            write_checkpoint_record(cfg.output_dir, coords, budget)
+            write_checkpoint_record(cfg.output_dir, CheckpointRecord(coords, budget, dataset_l2_margin(cfg.dataset)))
         Path(cfg.output_dir, "gbtrain_train_config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
         Path(cfg.output_dir, "train_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

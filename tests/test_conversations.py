@@ -51,7 +51,7 @@ def test_l2_region_from_question_marks(loaded, budget):
     r = loaded["L2"].records[0]
     conv = build_conversation(r, "answer-free", False, "rel1000", budget)
     assert "region [" in conv.messages[0]["content"]
-    assert regions_to_grade(r) == [b.clip(r.width, r.height) for b in r.context_regions]
+    assert regions_to_grade(r, 0.02) == [b.clip(r.width, r.height) for b in r.context_regions]
 
 
 def _mark(box, mid, label="right", hand="1", std="1"):
@@ -64,7 +64,7 @@ def test_l2_region_derived_without_question_marks():
     (region,) = regions_to_grade(r, margin=0.02)
     assert region == Box(80, 80, 270, 370)
     with pytest.raises(ValueError, match="no question region"):
-        regions_to_grade(Record("y", "L2", "M", "M/y.jpg", 10, 10, []))
+        regions_to_grade(Record("y", "L2", "M", "M/y.jpg", 10, 10, []), 0.02)
 
 
 def test_group_answer_rules():

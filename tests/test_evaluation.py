@@ -182,8 +182,8 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(sft_dir, synth_dir, tiny_m
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = run_eval(out, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab")
-    recorded = json.loads((out / "gbtrain_checkpoint.json").read_text())  # the dataset's convention and budget
-    assert recorded == {"coords": "qwen25", "min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 256}
+    recorded = json.loads((out / "gbtrain_checkpoint.json").read_text())  # the dataset's convention, budget, margin
+    assert recorded == {"coords": "qwen25", "min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 256, "l2_margin": 0.02}
     assert report["meta"]["coords"] == "qwen25"
     assert report["meta"]["max_pixels"] == 28 * 28 * 256  # not the hub processor's 12845056
     assert set(report["settings"]) == {"L1-af", "L2-ab"}
@@ -331,3 +331,26 @@ def test_a_second_evaluation_into_a_busy_folder_is_refused(synth_dir, tmp_path):
         with pytest.raises(ValueError, match=r"in use by another evaluation \(pid 4242\)"):
             evaluate_checkpoint(run, progress=False)
     assert not (out / "predictions").exists() and not (out / "run.json").exists()
+
+
+def test_evaluator_asks_the_prompts_the_model_was_trained_on(tmp_path):
+    """An L2 record without question marks: the evaluator derives its region with the margin the checkpoint's
+    training build used (recorded by the recipe), so its prompt is the builder's, byte for byte."""
+    from gbtrain.conversations import build_conversation
+    from gbtrain.coords import CheckpointRecord, PixelBudget, read_checkpoint_record, write_checkpoint_record
+    from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_l2_margin
+    from gbtrain.schema import Mark, Record
+
+    marks = [Mark(points=[(100, 100), (200, 150)], label="right", raw_label="right", mark_id="1-1", hand="4",
+                  std="4")]
+    record = Record("x_0", "L2", "Mathematics", "Mathematics/x.jpg", 1000, 1000, marks)
+    budget = PixelBudget(3136, 50176)
+    write_checkpoint_record(tmp_path, CheckpointRecord("rel1000", budget, 0.1))
+    assert read_checkpoint_record(tmp_path) == CheckpointRecord("rel1000", budget, 0.1)
+    assert default_l2_margin(str(tmp_path)) == 0.1 and default_l2_margin(str(tmp_path / "other")) == 0.02
+    ev = Evaluator(None, tmp_path, tmp_path / "out", EvalOptions("rel1000", budget, l2_margin=0.1), progress=False)
+    for mode, three_turn in (("answer-free", False), ("answer-based", False), ("answer-based", True)):
+        built = build_conversation(record, mode, three_turn, "rel1000", budget, l2_margin=0.1)
+        assert ev.first_prompt(record, Setting("L2", mode, three_turn)) == built.messages[0]["content"]
+    default = build_conversation(record, "answer-free", False, "rel1000", budget)
+    assert ev.first_prompt(record, Setting("L2", "answer-free")) != default.messages[0]["content"]
