@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 
 from gbtrain.config import BuildConfig, load_config
 from gbtrain.coords import PixelBudget
+
+ROOT = Path(__file__).parents[1]
 
 
 def test_defaults_yaml_and_overrides(tmp_path):
@@ -43,3 +47,29 @@ def test_a_bad_pixel_budget_is_refused_when_the_config_loads():
     for overrides in (["vision.min_pixels=0"], ["vision.min_pixels=90000", "vision.max_pixels=1000"]):
         with pytest.raises(ValueError, match="min_pixels"):
             load_config(BuildConfig, None, ["data=x", "out=y", *overrides])
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (ROOT / "configs" / "sft").glob("*.yaml")))
+def test_every_shipped_training_config_passes_the_option_checks(path, monkeypatch):
+    """As on a GPU machine with the optional packages (bf16, flash-attn, bitsandbytes are the configs' choice):
+    every key known, every number in range; a LoRA config sets no key LoRA ignores (freeze.llm)."""
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    from gbtrain import modeling
+    from gbtrain.config import TrainConfig
+
+    monkeypatch.setattr(modeling, "cuda_available", lambda: True)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    cfg = load_config(TrainConfig, path, ["model=m", "dataset=d", "output_dir=o"])
+    modeling.check_options(cfg)
+    if cfg.finetune in ("lora", "qlora"):
+        assert "llm" not in OmegaConf.load(path).get("freeze", {}), f"{path}: freeze.llm is ignored by LoRA"
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (ROOT / "configs" / "data").glob("*.yaml")))
+def test_every_shipped_data_config_passes_the_option_checks(path):
+    from gbtrain.sft_dataset import _check_config
+
+    _check_config(load_config(BuildConfig, path, ["data=d", "out=o"]))
