@@ -14,8 +14,10 @@ from collections.abc import Callable
 from fractions import Fraction
 
 _TRAILING_PUNCT = "。．.，,；;：:！!？?、"
-_TRUE = {"对", "√", "✓", "正确", "true", "t", "yes", "right"}
-_FALSE = {"错", "×", "✗", "错误", "false", "f", "no", "wrong"}
+# The one list of words meaning true / false: true/false answers here, the model's right/wrong judgments in
+# gbtrain.parsing (which adds the digits and the cross that only a judgment can mean).
+TRUE_WORDS = frozenset({"true", "t", "yes", "y", "right", "correct", "对", "正确", "√", "✓", "✔"})
+FALSE_WORDS = frozenset({"false", "f", "no", "n", "wrong", "incorrect", "错", "错误", "×", "✗", "✘"})
 
 
 def normalize_text(s: str) -> str:
@@ -61,9 +63,9 @@ def _choices(s: str) -> frozenset[str] | None:
 
 
 def _truth(s: str) -> bool | None:
-    if s in _TRUE:
+    if s in TRUE_WORDS:
         return True
-    if s in _FALSE:
+    if s in FALSE_WORDS:
         return False
     return None
 

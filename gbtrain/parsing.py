@@ -19,6 +19,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from gbtrain.judges import FALSE_WORDS, TRUE_WORDS
+
 # Failure reasons (the scorer counts them).
 EMPTY = "empty"  # nothing but whitespace / reasoning
 NO_JSON = "no_json"  # no list or object found
@@ -335,8 +337,9 @@ def _as_text(v) -> str:
     return str(v)
 
 
-_TRUE = {"true", "t", "yes", "y", "right", "correct", "对", "正确", "√", "✓", "✔", "1"}
-_FALSE = {"false", "f", "no", "n", "wrong", "incorrect", "错", "错误", "×", "✗", "✘", "x", "0"}
+# A judgment may also be 1 / 0 or a cross "x"; as an answer these are a number and a variable (judges keeps them).
+_TRUE = TRUE_WORDS | {"1"}
+_FALSE = FALSE_WORDS | {"0", "x"}
 
 
 def coerce_correctness(v) -> bool | None:
