@@ -1,0 +1,63 @@
+"""Grade new, unannotated exam pages with a checkpoint: whole-page (L3) grading, as the evaluator asks L3 records.
+
+    python eval/grade_pages.py --model CKPT --pages DIR --out OUT [--answer-key KEY.yaml|KEY.json]
+        [--backend vllm|hf|openai] [--coords ...] [--min-pixels N --max-pixels N] [--pdf-dpi 200]
+
+Every JPEG/PNG under DIR (recursively) and every page of every PDF is graded: answer-free by default, answer-based
+with an answer key (a mapping question id -> reference answer). Writes OUT/pages/<page>.json (items in page pixels:
+box, transcription, answer, judgment; the raw reply and its parse status), OUT/overlays/<page>.png, OUT/grades.csv
+(one row per item), OUT/totals.csv (one row per page) and OUT/summary.json. A rerun skips the pages already graded;
+one with other settings is refused (--overwrite regrades). An unreadable page (a truncated JPEG, a damaged PDF) is
+skipped with a warning and listed in summary.json; a page whose prompt does not fit --max-model-len or that an
+endpoint refuses is written with status "error". The next run tries both again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gbtrain.cli import user_errors
+from gbtrain.grading import GradeRun, grade_pages
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="checkpoint folder or hub id (openai: the served model name)")
+    ap.add_argument("--pages", required=True, help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--answer-key", default=None, help="YAML or JSON mapping question id -> reference answer")
+    ap.add_argument("--backend", default="vllm", choices=("vllm", "hf", "openai"))
+    ap.add_argument("--coords", default=None, help="default: the checkpoint's record, else its model_type or name")
+    ap.add_argument("--min-pixels", type=int, default=None,
+                    help="default: the budget the recipe recorded in the checkpoint, else 50176")
+    ap.add_argument("--max-pixels", type=int, default=None, help="default: as --min-pixels, else 1724800")
+    ap.add_argument("--pdf-dpi", type=float, default=200, help="resolution PDF pages are rendered at (36-600)")
+    ap.add_argument("--max-tokens", type=int, default=8192)
+    ap.add_argument("--max-model-len", type=int, default=32768)
+    ap.add_argument("--tensor-parallel-size", type=int, default=1)
+    ap.add_argument("--data-parallel-size", type=int, default=1)
+    ap.add_argument("--kv-cache-gib", type=float, default=None,
+                    help="vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; "
+                         "on a GPU: what --gpu-memory-utilization leaves)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm on a GPU: share of the card")
+    ap.add_argument("--structured", action="store_true", help="JSON-schema constrained output")
+    ap.add_argument("--batch-size", type=int, default=16, help="pages per backend call and written chunk")
+    ap.add_argument("--overwrite", action="store_true", help="regrade every page instead of resuming")
+    ap.add_argument("--base-url", default=None, help="openai backend: endpoint (default $OPENAI_BASE_URL)")
+    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai backend: variable holding the key")
+    ap.add_argument("--concurrency", type=int, default=8, help="openai backend: requests in flight")
+    args = ap.parse_args()
+    with user_errors("grade_pages"):
+        summary = grade_pages(GradeRun(**vars(args)))
+    for bad in summary["unreadable"]:
+        print(f"grade_pages: warning: {bad['error']} (skipped; the next run tries it again)", file=sys.stderr)
+    print(f"graded {summary['graded_now']} pages now, {summary['pages']} in all: {summary['items']} items, "
+          f"{summary['right']} judged right, {summary['wrong']} wrong, {summary['unjudged']} not judged; "
+          f"{summary['unparsable']} unparsable replies, {summary['errors']} errors, "
+          f"{len(summary['unreadable'])} unreadable pages skipped")
+    print(f"tables: {args.out}/grades.csv, {args.out}/totals.csv; per page: {args.out}/pages, {args.out}/overlays")
+
+
+if __name__ == "__main__":
+    main()

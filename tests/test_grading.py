@@ -1,0 +1,248 @@
+"""Grading new, unannotated pages (gbtrain.grading, eval/grade_pages.py): pages found and PDFs rendered, the answer
+key and its prompt, replies mapped to page pixels, the output folder (per-page JSON, overlays, CSVs), resumption,
+refusals, and one run on the tiny model with the hf backend."""
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from gbtrain import grading, prompts
+from gbtrain.coords import model_unit_size, to_model
+from gbtrain.grading import GradeRun, find_pages, grade_pages, grading_prompt, load_answer_key, load_page, read_reply
+from gbtrain.schema import Box
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pdf(path: Path, colors=("red", "blue"), size=(200, 300)) -> Path:
+    """A PDF of one page per colour, each `size` pixels at 100 dpi (so 144 x 216 points)."""
+    pages = [Image.new("RGB", size, c) for c in colors]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pages[0].save(path, save_all=True, append_images=pages[1:], resolution=100)
+    return path
+
+
+def _truncated_jpeg(path: Path) -> Path:
+    Image.effect_noise((300, 300), 60).convert("RGB").save(path, quality=95)
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
+    return path
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, str(ROOT / "eval" / "grade_pages.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+# --------------------------------------------------------------------------------- pages
+def test_pages_are_found_recursively_and_pdf_pages_rendered(tmp_path):
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    Image.new("RGB", (300, 400), "white").save(folder / "a.jpg")
+    (folder / "sub").mkdir()
+    Image.new("RGB", (50, 60), "white").save(folder / "sub" / "b.PNG")
+    _pdf(folder / "sub" / "exam.pdf")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # a phone photo stored sideways: shown turned by 90 degrees
+    Image.new("RGB", (120, 80), "white").save(folder / "photo.jpg", exif=exif)
+    _truncated_jpeg(folder / "trunc.jpg")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    (folder / "notes.txt").write_text("not a page")
+    (folder / "._a.jpg").write_bytes(b"macOS metadata")
+    (folder / ".thumbs").mkdir()
+    Image.new("RGB", (10, 10)).save(folder / ".thumbs" / "t.png")
+
+    pages, unreadable = find_pages(folder)
+    assert [p.name for p in pages] == ["a.jpg", "photo.jpg", "sub/b.PNG", "sub/exam.pdf-p1", "sub/exam.pdf-p2",
+                                       "trunc.jpg"]
+    assert [u["page"] for u in unreadable] == ["broken.pdf"] and "broken.pdf" in unreadable[0]["error"]
+    by_name = {p.name: p for p in pages}
+    first, second = (load_page(by_name[f"sub/exam.pdf-p{n}"], dpi=200) for n in (1, 2))
+    assert abs(first.width - 400) <= 1 and abs(first.height - 600) <= 1  # 144 x 216 pt at 200 dpi
+    assert first.getpixel((200, 300))[0] > 200 and second.getpixel((200, 300))[2] > 200  # red page, blue page
+    assert load_page(by_name["photo.jpg"], 200).size == (80, 120)  # upright, as a viewer shows it
+    with pytest.raises(ValueError, match=r"cannot read page trunc\.jpg"):
+        load_page(by_name["trunc.jpg"], 200)
+
+
+# --------------------------------------------------------------------------------- answer key and prompt
+def test_answer_key_keeps_answers_as_written_and_changes_the_prompt(tmp_path):
+    yml = tmp_path / "key.yaml"
+    yml.write_text('1: 1.10\n"2b": x = 3\n3:\n4: yes\n', encoding="utf-8")
+    key = load_answer_key(yml)
+    assert key == [("1", "1.10"), ("2b", "x = 3"), ("3", None), ("4", "yes")]
+    js = tmp_path / "key.json"
+    js.write_text('{"1": 1.10, "2": null, "3": true, "4": "甲"}', encoding="utf-8")
+    assert load_answer_key(js) == [("1", "1.10"), ("2", None), ("3", "true"), ("4", "甲")]
+
+    free, based = grading_prompt("qwen25", None), grading_prompt("qwen25", key)
+    assert free == prompts.single_turn("L3", "answer-free", "qwen25")  # the evaluator's L3 wording
+    assert based == prompts.single_turn("L3", "answer-based", "qwen25", None, key)
+    assert "Reference answers:\n1: 1.10\n2b: x = 3\n3: (no reference answer)" in based and "Reference" not in free
+
+    for text, suffix, why in (("- 1\n- 2\n", ".yaml", "must map question ids"), ("1: [a, b]\n", ".yaml", "one value"),
+                              ("1: 2\n", ".txt", r"\.yaml, \.yml or \.json"), ("{1: 2", ".json", "cannot be read")):
+        bad = tmp_path / f"bad{suffix}"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            load_answer_key(bad)
+
+
+# --------------------------------------------------------------------------------- replies
+def test_a_reply_is_read_into_page_pixels(budget):
+    w, h = 1000, 1400
+    box = Box(100, 200, 400, 600)
+    model_box = to_model(box, w, h, "qwen25", budget)
+    reply = ("<think>the page has two answers</think>```json\n["
+             f'{{"bbox_2d": {model_box}, "text": "12", "answer": "12", "correctness": true, "question": "3"}},'
+             '{"bbox_2d": "none", "text": "x", "answer": "x = 3", "correctness": "no"},'
+             f'{{"bbox_2d": [-5, -5, {w * 3}, {h * 3}], "text": "", "answer": "7", "correctness": "maybe"}}]\n```')
+    items, reason = read_reply(reply, w, h, "qwen25", budget, [("1", "7"), ("2", "x = 3")])
+    assert reason is None and len(items) == 3
+    ux, uy = model_unit_size(w, h, "qwen25", budget)
+    assert all(abs(a - b) <= u for a, b, u in zip(items[0]["box"], box.as_list(), (ux, uy, ux, uy), strict=True))
+    assert items[0]["model_boxes"] == [model_box] and items[0]["correctness"] is True
+    assert items[0]["question_id"] == "3"  # the model's own id wins
+    assert items[1]["box"] is None and items[1]["correctness"] is False and items[1]["question_id"] == "2"
+    assert items[2]["box"] == [0, 0, w, h] and items[2]["correctness"] is None and items[2]["question_id"] == "1"
+    rel = read_reply('[{"bbox_2d": [100, 100, 500, 250], "text": "a"}]', w, h, "rel1000", budget)[0]
+    assert rel[0]["box"] == [100.0, 140.0, 500.0, 350.0]
+    assert read_reply("I cannot grade this page.", w, h, "qwen25", budget) == ([], "no_json")
+    cut = read_reply('[{"bbox_2d": [1, 2, 3, 4], "text": "a"}, {"bbox_2d": [5,', w, h, "qwen25", budget)
+    assert len(cut[0]) == 1 and cut[1] == "truncated"
+
+
+# --------------------------------------------------------------------------------- the output folder
+class RecordingBackend:
+    """Answers every page with one item: the page's middle half, in the model's (qwen25) convention."""
+
+    name, model = "openai", "recorded"
+
+    def __init__(self, budget):
+        self.budget, self.prompts = budget, []
+
+    def chat(self, conversations, sampling):
+        replies = []
+        for conv in conversations:
+            image, text = conv[0]["content"][0]["image"], conv[0]["content"][1]["text"]
+            self.prompts.append(text)
+            w, h = image.size
+            box = to_model(Box(w / 4, h / 4, 3 * w / 4, 3 * h / 4), w, h, "qwen25", self.budget)
+            replies.append(json.dumps([{"bbox_2d": box, "text": "x = 3", "answer": "x = 3", "correctness": True}]))
+        return replies
+
+    def close(self):
+        pass
+
+
+def test_answer_key_run_with_recorded_replies_writes_every_file_inside_out(tmp_path, budget, monkeypatch):
+    pages = tmp_path / "pages"
+    (pages / "a").mkdir(parents=True)
+    Image.new("RGB", (700, 990), "white").save(pages / "a" / "odd..name #1 .png")
+    _pdf(pages / "exam.pdf", size=(300, 420))
+    key = tmp_path / "key.yaml"
+    key.write_text("1: x = 3\n2: 5\n")
+    backend = RecordingBackend(budget)
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    out = tmp_path / "out"
+    run = GradeRun("recorded", str(pages), str(out), answer_key=str(key), backend="openai", coords="qwen25",
+                   min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, pdf_dpi=100)
+    summary = grade_pages(run, progress=False)
+
+    assert summary["pages"] == summary["graded_now"] == 3 and summary["right"] == 3 and not summary["unreadable"]
+    assert backend.prompts == [grading_prompt("qwen25", load_answer_key(key))] * 3
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert all(out.resolve() in p.resolve().parents for p in files)
+    assert len(list((out / "pages").glob("*.json"))) == len(list((out / "overlays").glob("*.png"))) == 3
+    odd = next(json.loads(p.read_text()) for p in (out / "pages").glob("*.json") if "odd" in p.name)
+    assert odd["page"] == "a/odd..name #1 .png" and odd["status"] == "ok"
+    assert odd["items"][0]["box"] == pytest.approx([175, 247.5, 525, 742.5], abs=2)  # page pixels, not model's
+    assert odd["items"][0]["question_id"] == "1"  # its answer repeats reference 1
+    with open(out / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["page"] for r in rows] == ["a/odd..name #1 .png", "exam.pdf-p1", "exam.pdf-p2"]
+    assert rows[1]["correctness"] == "true" and float(rows[1]["x2"]) == pytest.approx(225, abs=2)
+    recorded = json.loads((out / "run.json").read_text())
+    assert recorded["mode"] == "answer-based" and recorded["answer_key_sha256"] and recorded["pdf_dpi"] == 100
+
+
+def test_a_page_the_endpoint_refused_is_counted_and_tried_again(tmp_path, budget, monkeypatch):
+    from gbtrain.backends import FailedReply
+
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    Image.new("RGB", (400, 560), "white").save(pages / "a.png")
+    backend = RecordingBackend(budget)
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    run = GradeRun("recorded", str(pages), str(tmp_path / "out"), backend="openai", coords="qwen25",
+                   min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
+    monkeypatch.setattr(backend, "chat", lambda convs, sampling: [FailedReply("400 BadRequestError: too big")])
+    refused = grade_pages(run, progress=False)
+    assert refused["errors"] == 1 and refused["per_page"][0]["status"] == "error"
+    monkeypatch.undo()
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    again = grade_pages(run, progress=False)
+    assert again["graded_now"] == 1 and again["errors"] == 0 and again["right"] == 1
+
+
+# --------------------------------------------------------------------------------- the tiny model
+@pytest.mark.slow
+def test_hf_run_resumes_skips_an_unreadable_page_and_refuses_other_settings(synth_dir, tiny_model_dir, budget,
+                                                                               tmp_path):
+    pages = tmp_path / "pages"
+    (pages / "more").mkdir(parents=True)
+    l3 = sorted((synth_dir / "images" / "L3").rglob("*.jpg"))
+    shutil.copy(l3[0], pages / "p1.jpg")
+    shutil.copy(l3[1], pages / "more" / "p2.jpg")
+    _pdf(pages / "scan.pdf", size=(280, 400))
+    _truncated_jpeg(pages / "bad.jpg")
+    out = tmp_path / "out"
+    run = GradeRun(str(tiny_model_dir), str(pages), str(out), backend="hf", min_pixels=budget.min_pixels,
+                   max_pixels=budget.max_pixels, max_tokens=16, batch_size=3)
+    summary = grade_pages(run, progress=False)
+
+    names = ["more/p2.jpg", "p1.jpg", "scan.pdf-p1", "scan.pdf-p2"]
+    assert summary["graded_now"] == 4 and [t["page"] for t in summary["per_page"]] == names
+    assert [u["page"] for u in summary["unreadable"]] == ["bad.jpg"]
+    assert "cannot read page bad.jpg" in summary["unreadable"][0]["error"]
+    for path in (out / "pages").glob("*.json"):
+        page = json.loads(path.read_text())
+        assert {"items", "response", "status", "totals", "width", "height"} <= set(page)
+        with Image.open(out / "overlays" / f"{path.stem}.png") as im:
+            assert im.size == (page["width"], page["height"])
+    with open(out / "totals.csv", newline="") as f:
+        assert [r["page"] for r in csv.DictReader(f)] == names
+    recorded = json.loads((out / "run.json").read_text())
+    assert recorded["coords"] == "qwen25" and recorded["max_pixels"] == budget.max_pixels
+    assert recorded["mode"] == "answer-free" and recorded["answer_key_sha256"] is None
+
+    # a rerun grades only what is missing (and tries the unreadable page again)
+    done = {p.name: p.stat().st_mtime_ns for p in (out / "pages").glob("*.json")}
+    (out / "pages" / "p1.jpg.json").unlink()
+    again = grade_pages(run, progress=False)
+    assert again["graded_now"] == 1 and (out / "pages" / "p1.jpg.json").is_file()
+    assert all(p.stat().st_mtime_ns == done[p.name] for p in (out / "pages").glob("*.json") if p.name != "p1.jpg.json")
+
+    # other settings on the same folder: one line naming the difference and the way out, exit code 2
+    key = tmp_path / "key.yaml"
+    key.write_text("1: 42\n")
+    proc = _cli("--model", tiny_model_dir, "--pages", pages, "--out", out, "--backend", "hf", "--min-pixels",
+                budget.min_pixels, "--max-pixels", budget.max_pixels, "--max-tokens", 16, "--answer-key", key)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert line.startswith("grade_pages: ") and "\n" not in line
+    assert "answer_key_sha256" in line and "mode" in line and "--overwrite" in line
+
+
+def test_user_errors_are_one_line(tmp_path):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    proc = _cli("--model", "x/y", "--pages", tmp_path / "none", "--out", tmp_path / "o", "--coords", "qwen25")
+    assert proc.returncode == 2 and proc.stderr.strip() == f"grade_pages: pages folder not found: {tmp_path / 'none'}"
+    proc = _cli("--model", "x/y", "--pages", pages, "--out", pages / "graded", "--coords", "qwen25")
+    assert proc.returncode == 2 and "lies inside --pages" in proc.stderr and len(proc.stderr.splitlines()) == 1
