@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import add_model_arguments, user_errors
 from gbtrain.grading import GradeRun, grade_pages
 
 
@@ -27,26 +27,10 @@ def main() -> None:
     ap.add_argument("--pages", required=True, help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
     ap.add_argument("--out", required=True)
     ap.add_argument("--answer-key", default=None, help="YAML or JSON mapping question id -> reference answer")
-    ap.add_argument("--backend", default="vllm", choices=("vllm", "hf", "openai"))
-    ap.add_argument("--coords", default=None, help="default: the checkpoint's record, else its model_type or name")
-    ap.add_argument("--min-pixels", type=int, default=None,
-                    help="default: the budget the recipe recorded in the checkpoint, else 50176")
-    ap.add_argument("--max-pixels", type=int, default=None, help="default: as --min-pixels, else 1724800")
+    add_model_arguments(ap)
     ap.add_argument("--pdf-dpi", type=float, default=200, help="resolution PDF pages are rendered at (36-600)")
-    ap.add_argument("--max-tokens", type=int, default=8192)
-    ap.add_argument("--max-model-len", type=int, default=32768)
-    ap.add_argument("--tensor-parallel-size", type=int, default=1)
-    ap.add_argument("--data-parallel-size", type=int, default=1)
-    ap.add_argument("--kv-cache-gib", type=float, default=None,
-                    help="vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; "
-                         "on a GPU: what --gpu-memory-utilization leaves)")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm on a GPU: share of the card")
-    ap.add_argument("--structured", action="store_true", help="JSON-schema constrained output")
     ap.add_argument("--batch-size", type=int, default=16, help="pages per backend call and written chunk")
     ap.add_argument("--overwrite", action="store_true", help="regrade every page instead of resuming")
-    ap.add_argument("--base-url", default=None, help="openai backend: endpoint (default $OPENAI_BASE_URL)")
-    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai backend: variable holding the key")
-    ap.add_argument("--concurrency", type=int, default=8, help="openai backend: requests in flight")
     args = ap.parse_args()
     with user_errors("grade_pages"):
         summary = grade_pages(GradeRun(**vars(args)))

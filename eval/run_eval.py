@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import add_model_arguments, user_errors
 from gbtrain.evaluation import EvalRun, evaluate_checkpoint
 from gbtrain.reports import markdown
 
@@ -26,32 +26,15 @@ def main() -> None:
     ap.add_argument("--settings", default="all")
     ap.add_argument("--three-turn", action="store_true", help="also run the locate / solve / compare decomposition")
     ap.add_argument("--diagnostics", action="store_true", help="L1 localization/recognition/reasoning only")
-    ap.add_argument("--backend", default="vllm", choices=("vllm", "hf", "openai"))
+    add_model_arguments(ap)
     ap.add_argument("--judge", default="rule", help="rule, vllm:MODEL or openai:MODEL[@URL]")
-    ap.add_argument("--coords", default=None, help="default: from the checkpoint's model_type or the model name")
-    ap.add_argument("--min-pixels", type=int, default=None,
-                    help="default: the budget the recipe recorded in the checkpoint, else 50176")
-    ap.add_argument("--max-pixels", type=int, default=None, help="default: as --min-pixels, else 1724800")
     ap.add_argument("--l2-margin", type=float, default=None,
                     help="margin of L2 regions derived from answers (pages without question marks); default: the "
                          "checkpoint's training build's, else 0.02")
-    ap.add_argument("--max-tokens", type=int, default=8192)
-    ap.add_argument("--max-model-len", type=int, default=32768)
-    ap.add_argument("--tensor-parallel-size", type=int, default=1)
-    ap.add_argument("--data-parallel-size", type=int, default=1)
-    ap.add_argument("--kv-cache-gib", type=float, default=None,
-                    help="vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; "
-                         "on a GPU: what --gpu-memory-utilization leaves)")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                    help="vllm on a GPU: share of the card the engine (and a vllm judge) may take")
-    ap.add_argument("--structured", action="store_true", help="JSON-schema constrained output (single-turn)")
     ap.add_argument("--batch-size", type=int, default=256, help="records per backend call and flushed chunk")
     ap.add_argument("--limit", type=int, default=None, help="first N records of each level")
     ap.add_argument("--overwrite", action="store_true", help="redo settings instead of resuming")
     ap.add_argument("--overlays", type=int, default=4, help="records drawn per L1/L3 setting")
-    ap.add_argument("--base-url", default=None, help="openai backend: endpoint (default $OPENAI_BASE_URL)")
-    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai backend: variable holding the key")
-    ap.add_argument("--concurrency", type=int, default=8, help="openai backend: requests in flight")
     args = ap.parse_args()
     with user_errors("run_eval"):
         report = evaluate_checkpoint(EvalRun(**vars(args)))
