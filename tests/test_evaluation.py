@@ -190,14 +190,14 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(sft_dir, synth_dir, tiny_m
 
 
 def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
-    from gbtrain.coords import PixelBudget, write_checkpoint_record
+    from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
     from gbtrain.tiny_model import HUB_PREPROCESSOR
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(HUB_PREPROCESSOR))
     assert default_coords(str(tmp_path)) == "qwen25"
     assert default_budget(str(tmp_path)) == PixelBudget()  # GradingBench's, not the hub processor's
-    write_checkpoint_record(tmp_path, "rel1000", PixelBudget(3136, 50176))
+    write_checkpoint_record(tmp_path, CheckpointRecord("rel1000", PixelBudget(3136, 50176)))
     assert default_coords(str(tmp_path)) == "rel1000"
     assert default_budget(str(tmp_path)) == PixelBudget(3136, 50176)
     (tmp_path / "gbtrain_checkpoint.json").write_text('{"coords": "pixels", "min_pixels": 1, "max_pixels": 2}')
