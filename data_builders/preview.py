@@ -15,6 +15,7 @@ import argparse
 
 from gbtrain.cli import user_errors
 from gbtrain.preview import preview, summary_lines
+from gbtrain.vocabulary import LEVELS
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
     ap.add_argument("--data", required=True, help="GradingBench-layout folder")
     ap.add_argument("--out", required=True, help="folder for the drawn pages and summary.json")
     ap.add_argument("--pages", type=int, default=8, help="records to draw (spread over the level)")
-    ap.add_argument("--level", choices=("L1", "L2", "L3"), help="level to draw (default: L3, else the first present)")
+    ap.add_argument("--level", choices=LEVELS, help="level to draw (default: L3, else the first present)")
     args = ap.parse_args()
     with user_errors("preview"):
         summary = preview(args.data, args.out, args.pages, args.level)

@@ -1,6 +1,8 @@
 """The gains of SFT over the base model, metric by metric and setting by setting.
 
     python eval/compare.py BASE/report.json SFT/report.json --out gains.md
+
+Writes gains.md, gains.png and gains.html (a self-contained page that links each run's report.html).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 from pathlib import Path
 
 from gbtrain.cli import user_errors
+from gbtrain.html_report import write_comparison_page
 from gbtrain.reports import METRICS, compare, compare_plot
 
 
@@ -34,9 +37,9 @@ def _complete(report) -> bool:
 
 
 def _output(out: str, inputs: tuple[str, ...]) -> Path:
-    """The Markdown path; it and the plot beside it must not be one of the reports being compared."""
+    """The Markdown path; it and the plot and page beside it must not be one of the reports being compared."""
     md = Path(out)
-    written = {md.resolve(), md.with_suffix(".png").resolve()}
+    written = {md.resolve(), md.with_suffix(".png").resolve(), md.with_suffix(".html").resolve()}
     clash = [p for p in inputs if Path(p).resolve() in written]
     if clash:
         raise ValueError(f"--out {out} would overwrite the input {clash[0]}: choose another --out")
@@ -47,7 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("base")
     ap.add_argument("sft")
-    ap.add_argument("--out", required=True, help="Markdown file; the plot goes beside it (.png)")
+    ap.add_argument("--out", required=True, help="Markdown file; the plot (.png) and the page (.html) go beside it")
     args = ap.parse_args()
     with user_errors("compare"):
         out = _output(args.out, (args.base, args.sft))
@@ -56,6 +59,8 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         compare_plot(rows, out.with_suffix(".png"))
+        write_comparison_page(out.with_suffix(".html"), base, sft, text, rows, out.with_suffix(".png"),
+                              (args.base, args.sft))
     print(text)
 
 

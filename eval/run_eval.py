@@ -15,7 +15,9 @@ import sys
 
 from gbtrain.cli import add_model_arguments, user_errors
 from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+from gbtrain.judges import JUDGES
 from gbtrain.reports import markdown
+from gbtrain.vocabulary import one_of
 
 
 def main() -> None:
@@ -27,7 +29,7 @@ def main() -> None:
     ap.add_argument("--three-turn", action="store_true", help="also run the locate / solve / compare decomposition")
     ap.add_argument("--diagnostics", action="store_true", help="L1 localization/recognition/reasoning only")
     add_model_arguments(ap)
-    ap.add_argument("--judge", default="rule", help="rule, vllm:MODEL or openai:MODEL[@URL]")
+    ap.add_argument("--judge", default="rule", help=one_of(k.usage for k in JUDGES.values()))
     ap.add_argument("--l2-margin", type=float, default=None,
                     help="margin of L2 regions derived from answers (pages without question marks); default: the "
                          "checkpoint's training build's, else 0.02")

@@ -19,20 +19,21 @@ from gbtrain.annotations import load_level
 from gbtrain.backends import VLLMMemory, judge_from_spec
 from gbtrain.cli import user_errors
 from gbtrain.coords import CONVENTIONS, PixelBudget
-from gbtrain.schema import LEVELS
+from gbtrain.judges import JUDGES
 from gbtrain.scoring import ScoreOptions, read_predictions, score, write_report
+from gbtrain.vocabulary import LEVELS, MODES, one_of
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
     ap.add_argument("--level", required=True, choices=LEVELS)
-    ap.add_argument("--mode", required=True, choices=("answer-free", "answer-based"))
+    ap.add_argument("--mode", required=True, choices=MODES)
     ap.add_argument("--predictions", required=True)
     ap.add_argument("--coords", required=True, choices=CONVENTIONS, help="the convention the model was prompted with")
     ap.add_argument("--min-pixels", type=int, default=PixelBudget().min_pixels)
     ap.add_argument("--max-pixels", type=int, default=PixelBudget().max_pixels)
-    ap.add_argument("--judge", default="rule", help="rule (default), or vllm:MODEL / openai:MODEL[@URL]")
+    ap.add_argument("--judge", default="rule", help=one_of(k.usage for k in JUDGES.values()))
     ap.add_argument("--kv-cache-gib", type=float, default=None,
                     help="vllm judge: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm judge on a GPU")

@@ -22,13 +22,13 @@ from PIL import Image
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
     LABEL_ALIASES,
-    LEVELS,
     QUESTION_TYPE_ALIASES,
     STAGE_ALIASES,
     UNKNOWN,
     Mark,
     Record,
 )
+from gbtrain.vocabulary import LEVELS
 
 # Keys as they appear in the data: English first, then the Chinese spelling (纬度 is the data's typo).
 _STAGE_KEYS = ("educational_stage", "学段")

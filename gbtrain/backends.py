@@ -6,6 +6,9 @@
   go as base64 data URLs, requests run concurrently with a bound, and the client retries 429/5xx and
   timeouts with exponential backoff. The API key is read from an environment variable and never stored.
 
+``BACKENDS`` names them: the `--backend` choices, the kinds of a `KIND:MODEL` spec (``make_backend``) and the
+backends the evaluator opens all come from it. A new backend is a ``RegisteredBackend`` subclass and one line there.
+
 Messages use one neutral form: ``{"role": ..., "content": [{"type": "image", "image": PIL.Image} |
 {"type": "text", "text": str}]}``; each backend converts it.
 """
@@ -16,11 +19,14 @@ import base64
 import io
 import os
 import re
+from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gbtrain.coords import PixelBudget
+from gbtrain.judges import judge_from_spec as judge_from_spec  # re-exported: judges are named in judges.JUDGES
+from gbtrain.vocabulary import one_of
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,46 @@ class VLLMMemory:
         return kwargs
 
 
-class VLLMBackend:
+@dataclass(frozen=True)
+class BackendOptions:
+    """How any registered backend is started; each reads the fields that concern it (defaults: EvalRun's)."""
+
+    budget: PixelBudget = PixelBudget()
+    max_model_len: int = 32768  # vllm
+    tensor_parallel_size: int = 1  # vllm
+    data_parallel_size: int = 1  # vllm
+    structured: bool = False  # vllm: the engine-wide structured-output settings
+    memory: VLLMMemory = VLLMMemory()  # vllm
+    hf_batch_size: int = 8  # hf
+    base_url: str | None = None  # openai
+    api_key_env: str = "OPENAI_API_KEY"  # openai
+    concurrency: int = 8  # openai
+    chat_template_kwargs: dict | None = field(default=None, hash=False)
+
+
+class RegisteredBackend(ABC):
+    """What BACKENDS asks of a backend beyond `Backend` (chat, close): how it starts from the shared options and
+    from a `KIND:MODEL` spec, and the tokenizer that measures its prompts."""
+
+    name: str
+    usage: str  # how a spec names it
+    loads_model: bool = True  # the model is a folder or hub id opened here (not an endpoint's name for it)
+
+    @classmethod
+    @abstractmethod
+    def from_options(cls, model: str, options: BackendOptions) -> RegisteredBackend: ...
+
+    @classmethod
+    def from_spec(cls, target: str, options: BackendOptions) -> RegisteredBackend:
+        """`target`: the spec after `KIND:`, the model."""
+        return cls.from_options(target, options)
+
+    def tokenizer(self):
+        """None: this backend's prompts cannot be measured here (the evaluator sends them all)."""
+        return None
+
+
+class VLLMBackend(RegisteredBackend):
     """vLLM offline engine. Pixel budget, context length, memory and parallelism come from the caller's config.
 
     On CPU the engine runs eagerly (compiling the graph costs minutes there and buys little).
@@ -125,6 +170,7 @@ class VLLMBackend:
     use of a dense model: a batch is cut into N contiguous parts and the replies come back in order."""
 
     name = "vllm"
+    usage = "vllm:MODEL"
 
     def __init__(self, model: str, budget: PixelBudget = PixelBudget(), max_model_len: int = 32768,
                  tensor_parallel_size: int = 1, data_parallel_size: int = 1, structured: bool = False,
@@ -149,6 +195,13 @@ class VLLMBackend:
 
             self.llm = LLM(**kwargs)
             self.ranks = []
+
+    @classmethod
+    def from_options(cls, model: str, options: BackendOptions) -> VLLMBackend:
+        o = options
+        return cls(model, o.budget, max_model_len=o.max_model_len, tensor_parallel_size=o.tensor_parallel_size,
+                   data_parallel_size=o.data_parallel_size, structured=o.structured, memory=o.memory,
+                   chat_template_kwargs=o.chat_template_kwargs)
 
     def tokenizer(self):
         if self.llm is not None:
@@ -276,10 +329,11 @@ def _generate_on_ranks(ranks: list, conversations: list[list[dict]], sampling: S
     return outputs
 
 
-class HFBackend:
+class HFBackend(RegisteredBackend):
     """transformers generate, left-padded batches of `batch_size` conversations."""
 
     name = "hf"
+    usage = "hf:MODEL"
 
     def __init__(self, model: str, budget: PixelBudget = PixelBudget(), batch_size: int = 8, device: str | None = None,
                  chat_template_kwargs: dict | None = None):
@@ -296,6 +350,14 @@ class HFBackend:
         self.processor.tokenizer.padding_side = "left"
         self.net = AutoModelForImageTextToText.from_pretrained(model, dtype=dtype).to(self.device).eval()
         self.batch_size = batch_size
+
+    @classmethod
+    def from_options(cls, model: str, options: BackendOptions) -> HFBackend:
+        return cls(model, options.budget, batch_size=options.hf_batch_size,
+                   chat_template_kwargs=options.chat_template_kwargs)
+
+    def tokenizer(self):
+        return self.processor.tokenizer
 
     def encode(self, conversations: list[list[dict]]):
         """Model inputs of one batch: chat template, image tokens at the budget, left padding."""
@@ -336,13 +398,15 @@ class HFBackend:
             torch.cuda.empty_cache()
 
 
-class OpenAIBackend:
+class OpenAIBackend(RegisteredBackend):
     """An OpenAI-compatible chat endpoint. The key comes from `api_key_env` (default OPENAI_API_KEY);
     a local server without auth needs none. Images are sent already resized to `budget`, the size that
     `qwen25` boxes are defined for (a server cannot be told the budget; one that resizes again with its own
     rule keeps an image whose sides are multiples of 28 inside its range)."""
 
     name = "openai"
+    usage = "openai:MODEL[@URL]"
+    loads_model = False
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 8, timeout: float = 300.0, max_retries: int = 6,
@@ -358,6 +422,18 @@ class OpenAIBackend:
         self.concurrency = max(1, concurrency)
         self.client = OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
                              max_retries=max_retries)
+
+    @classmethod
+    def from_options(cls, model: str, options: BackendOptions) -> OpenAIBackend:
+        o = options
+        return cls(model, o.base_url, api_key_env=o.api_key_env, concurrency=o.concurrency, budget=o.budget,
+                   chat_template_kwargs=o.chat_template_kwargs)
+
+    @classmethod
+    def from_spec(cls, target: str, options: BackendOptions) -> OpenAIBackend:
+        """`MODEL[@URL]`: the URL, when given, is the endpoint's."""
+        model, _, url = target.partition("@")
+        return cls.from_options(model, replace(options, base_url=url or None))
 
     def messages(self, conv: list[dict]) -> list[dict]:
         """The request's messages: images resized to the budget, as base64 JPEG data URLs."""
@@ -405,21 +481,24 @@ class OpenAIBackend:
         self.client.close()
 
 
+# The registry: the `--backend` choices, the kinds make_backend reads and the backends the evaluator opens.
+BACKENDS: dict[str, type[RegisteredBackend]] = {cls.name: cls for cls in (
+    VLLMBackend,
+    HFBackend,
+    OpenAIBackend,
+)}
+
+
 def make_backend(spec: str, budget: PixelBudget = PixelBudget(), memory: VLLMMemory = VLLMMemory(),
                  chat_template_kwargs: dict | None = None, max_model_len: int = 32768) -> Backend:
     """`vllm:MODEL`, `hf:MODEL` or `openai:MODEL[@BASE_URL]` (`memory` and `max_model_len` size a vllm engine)."""
     kind, _, target = spec.partition(":")
     if not target:
-        raise ValueError(f"backend spec {spec!r} must look like vllm:MODEL, hf:MODEL or openai:MODEL[@URL]")
-    if kind == "vllm":
-        return VLLMBackend(target, budget, max_model_len=max_model_len, memory=memory,
-                           chat_template_kwargs=chat_template_kwargs)
-    if kind == "hf":
-        return HFBackend(target, budget, chat_template_kwargs=chat_template_kwargs)
-    if kind == "openai":
-        model, _, url = target.partition("@")
-        return OpenAIBackend(model, url or None, budget=budget, chat_template_kwargs=chat_template_kwargs)
-    raise ValueError(f"unknown backend {kind!r} in {spec!r}: choose vllm, hf or openai")
+        raise ValueError(f"backend spec {spec!r} must look like {one_of(c.usage for c in BACKENDS.values())}")
+    if kind not in BACKENDS:
+        raise ValueError(f"unknown backend {kind!r} in {spec!r}: choose {one_of(BACKENDS)}")
+    options = BackendOptions(budget, max_model_len, memory=memory, chat_template_kwargs=chat_template_kwargs)
+    return BACKENDS[kind].from_spec(target, options)
 
 
 # Qwen3-style chat templates think before answering unless told not to; a judge has a few tokens to say yes/no.
@@ -433,25 +512,18 @@ def judge_backend(spec: str, memory: VLLMMemory = VLLMMemory()) -> Backend:
                         max_model_len=JUDGE_MAX_MODEL_LEN)
 
 
-def judge_from_spec(spec: str, memory: VLLMMemory = VLLMMemory()):
-    """`rule`, or an LLM judge on a backend spec (temperature 0, short replies, thinking off). The judge's
-    engine starts at its first question, so an evaluator can release its own model first."""
-    from gbtrain.judges import LLMJudge, RuleJudge
-
-    if spec == "rule":
-        return RuleJudge()
-    kind, _, target = spec.partition(":")
-    if kind not in ("vllm", "openai") or not target:
-        raise ValueError(f"judge {spec!r} must be rule, vllm:MODEL or openai:MODEL[@URL]")
+def judge_generator(spec: str, memory: VLLMMemory | None = None):
+    """What an LLM judge on a backend spec asks: prompts in, replies out (temperature 0, short replies, thinking
+    off). The backend starts at the first question, so an evaluator can release its own model first."""
     sampling = SamplingOptions(temperature=0.0, repetition_penalty=1.0, max_tokens=8)
     backend: list[Backend] = []
 
     def generate(prompts: list[str]) -> list[str]:
         if not backend:
-            backend.append(judge_backend(spec, memory))
+            backend.append(judge_backend(spec, memory or VLLMMemory()))
         try:
             return backend[0].chat([[message(p)] for p in prompts], sampling)
         except EndpointError as e:  # say which endpoint: the judge's, not the evaluated model's
             raise EndpointError(f"judge {without_credentials(spec)}: {e}") from None
 
-    return LLMJudge(generate, name=without_credentials(spec))
+    return generate

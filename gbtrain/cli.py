@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gbtrain.backends import without_credentials
+from gbtrain.backends import BACKENDS, without_credentials
 
 USER_ERRORS = (ValueError, OSError)
 USAGE_ERROR = 2
@@ -57,7 +57,7 @@ def _close_progress_bars() -> None:
 def add_model_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of every tool that asks a checkpoint (eval/run_eval.py, eval/grade_pages.py): the backend,
     how its inputs are drawn and how the engine is sized. Defaults are EvalRun's."""
-    ap.add_argument("--backend", default="vllm", choices=("vllm", "hf", "openai"))
+    ap.add_argument("--backend", default="vllm", choices=tuple(BACKENDS))
     ap.add_argument("--coords", default=None, help="default: the checkpoint's record, else its model_type or name")
     ap.add_argument("--min-pixels", type=int, default=None,
                     help="default: the budget the recipe recorded in the checkpoint, else 50176")

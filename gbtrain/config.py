@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L1, L2, L3
 
 T = TypeVar("T")
 
@@ -24,8 +25,8 @@ T = TypeVar("T")
 class MixConfig:
     """Shares of the conversations by level and mode, and the share that is three-turn."""
 
-    levels: dict[str, float] = field(default_factory=lambda: {"L1": 0.45, "L2": 0.40, "L3": 0.15})
-    modes: dict[str, float] = field(default_factory=lambda: {"answer-free": 0.5, "answer-based": 0.5})
+    levels: dict[str, float] = field(default_factory=lambda: {L1: 0.45, L2: 0.40, L3: 0.15})
+    modes: dict[str, float] = field(default_factory=lambda: {ANSWER_FREE: 0.5, ANSWER_BASED: 0.5})
     three_turn: float = 0.2
 
 

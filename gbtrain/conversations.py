@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gbtrain import prompts
 from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget, to_model
 from gbtrain.schema import Box, Group, Record
+from gbtrain.vocabulary import ANSWER_BASED, L2, MODE_SHORT
 
 
 @dataclass
@@ -71,10 +72,10 @@ def prompt_inputs(record: Record, mode: str, coords: str, budget: PixelBudget,
     convention) and, answer-based, the references. The builder and the evaluator both ask here, so a model is
     evaluated on the prompts it was trained on."""
     regions = None
-    if record.level == "L2":
+    if record.level == L2:
         regions = [to_model(b, record.width, record.height, coords, budget)
                    for b in regions_to_grade(record, l2_margin)]
-    return regions, references(record) if mode == "answer-based" else None
+    return regions, references(record) if mode == ANSWER_BASED else None
 
 
 def build_conversation(record: Record, mode: str, three_turn: bool, coords: str, budget: PixelBudget,
@@ -96,7 +97,7 @@ def build_conversation(record: Record, mode: str, three_turn: bool, coords: str,
             {"role": "assistant", "content": dump([{"correctness": i["correctness"]} for i in items])},
         ]
     turns = 3 if three_turn else 1
-    sample_id = f"{record.level}-{record.record_id}-{prompts.MODE_SHORT[mode]}-t{turns}"
+    sample_id = f"{record.level}-{record.record_id}-{MODE_SHORT[mode]}-t{turns}"
     return Conversation(sample_id, record, mode, turns, messages)
 
 

@@ -22,7 +22,15 @@ from tqdm import tqdm
 
 from gbtrain import prompts
 from gbtrain.annotations import image_path, load_level
-from gbtrain.backends import Backend, SamplingOptions, VLLMMemory, judge_from_spec, message, without_credentials
+from gbtrain.backends import (
+    BACKENDS,
+    Backend,
+    BackendOptions,
+    SamplingOptions,
+    VLLMMemory,
+    message,
+    without_credentials,
+)
 from gbtrain.config import below_minimum, identity_differences, overlapping, require_model
 from gbtrain.conversations import prompt_inputs
 from gbtrain.coords import (
@@ -33,9 +41,9 @@ from gbtrain.coords import (
     read_checkpoint_record,
     to_model,
 )
-from gbtrain.judges import LLMJudge, RuleJudge
+from gbtrain.judges import Judge, judge_from_spec
 from gbtrain.parsing import parse_response
-from gbtrain.schema import LEVELS, Record
+from gbtrain.schema import Record
 from gbtrain.scoring import (
     Predictions,
     ScoreOptions,
@@ -45,9 +53,7 @@ from gbtrain.scoring import (
     recognition_rate,
     score,
 )
-
-MODES = {"af": "answer-free", "ab": "answer-based"}
-ALL_SETTINGS = tuple(f"{lvl}-{m}" for lvl in LEVELS for m in MODES)
+from gbtrain.vocabulary import ALL_SETTINGS, ANSWER_BASED, L1, L2, LEVELS, MODE_OF_SHORT, MODES, one_of, setting_name
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class Setting:
 
     @property
     def name(self) -> str:
-        return f"{self.level}-{prompts.MODE_SHORT[self.mode]}" + ("-3t" if self.three_turn else "")
+        return setting_name(self.level, self.mode, self.three_turn)
 
 
 def parse_settings(spec: str, three_turn: bool = False) -> list[Setting]:
@@ -66,9 +72,9 @@ def parse_settings(spec: str, three_turn: bool = False) -> list[Setting]:
     out = []
     for name in names:
         level, _, mode = name.partition("-")
-        if level not in LEVELS or mode not in MODES:
+        if level not in LEVELS or mode not in MODE_OF_SHORT:
             raise ValueError(f"unknown setting {name!r}; settings are {', '.join(ALL_SETTINGS)} (or all)")
-        out.append(Setting(level, MODES[mode]))
+        out.append(Setting(level, MODE_OF_SHORT[mode]))
     if not out:
         raise ValueError(f"--settings {spec!r} names no setting; settings are {', '.join(ALL_SETTINGS)} (or all)")
     if three_turn:
@@ -160,7 +166,7 @@ class Evaluator:
             return prompts.turn_locate(r.level, o.coords, regions)
         return prompts.single_turn(r.level, s.mode, o.coords, regions, refs)
 
-    def _too_long(self, chunk: list[Record], texts: list[str]) -> list[str | None]:
+    def _too_long(self, chunk: list[Record], texts: list[str], sampling: SamplingOptions) -> list[str | None]:
         """Per record: why its prompt cannot fit the context (None when it fits or cannot be checked).
         Lengths follow the builder's rule (chat template + image tokens, gbtrain.sft_dataset.LengthCounter)."""
         if self.tokenizer is None or not self.opts.max_model_len:
@@ -169,7 +175,7 @@ class Evaluator:
 
         lengths = LengthCounter(self.tokenizer, self.opts.budget).count(
             [[{"role": "user", "content": t}] for t in texts], [(r.width, r.height) for r in chunk])
-        limit = self.opts.max_model_len - self.opts.sampling.max_tokens
+        limit = self.opts.max_model_len - sampling.max_tokens
         return [f"prompt of {n} tokens does not fit max_model_len - max_tokens = {limit}" if n > limit else None
                 for n in lengths]
 
@@ -201,7 +207,9 @@ class Evaluator:
         if data and not data.endswith(b"\n"):
             path.write_bytes(data[:data.rfind(b"\n") + 1])
 
-    def run(self, s: Setting, overwrite: bool = False) -> Path:
+    def run(self, s: Setting, overwrite: bool = False, sampling: SamplingOptions | None = None) -> Path:
+        """Answer the setting's records not answered yet; `sampling` (default: the options') is this setting's."""
+        sampling = self.opts.sampling if sampling is None else sampling
         path = self.predictions_path(s)
         path.parent.mkdir(parents=True, exist_ok=True)
         if overwrite:
@@ -213,7 +221,7 @@ class Evaluator:
         for i in range(0, len(todo), self.opts.batch_size):
             chunk = todo[i:i + self.opts.batch_size]
             start = time.perf_counter()
-            rows = self._three_turn(chunk, s) if s.three_turn else self._single(chunk, s)
+            rows = self._three_turn(chunk, s, sampling) if s.three_turn else self._single(chunk, s, sampling)
             seconds = round((time.perf_counter() - start) / max(len(chunk), 1), 4)
             # backslashreplace: a reply with a lone surrogate (an endpoint's \ud800) stays the JSON escape it was
             with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
@@ -227,11 +235,14 @@ class Evaluator:
         bar.close()
         return path
 
-    def _send(self, convs: list[list[dict]], prompts_text: list[str], chunk: list[Record]) -> list[dict]:
-        """One backend call for the conversations that fit; the others get an error line."""
-        errors = self._too_long(chunk, prompts_text)
+    def send_batch(self, convs: list[list[dict]], prompts_text: list[str], chunk: list[Record],
+                   sampling: SamplingOptions | None = None) -> list[dict]:
+        """One backend call for the conversations that fit; the others get an error line. `sampling` defaults to
+        the options'."""
+        sampling = self.opts.sampling if sampling is None else sampling
+        errors = self._too_long(chunk, prompts_text, sampling)
         send = [c for c, e in zip(convs, errors, strict=True) if e is None]
-        replies = iter(self.backend.chat(send, self.opts.sampling) if send else [])
+        replies = iter(self.backend.chat(send, sampling) if send else [])
         rows = []
         for e in errors:
             reply = None if e else next(replies)
@@ -239,13 +250,13 @@ class Evaluator:
             rows.append({"response": "", "error": error} if error else {"response": reply})
         return rows
 
-    def _single(self, chunk: list[Record], s: Setting) -> list[dict]:
+    def _single(self, chunk: list[Record], s: Setting, sampling: SamplingOptions) -> list[dict]:
         texts = [self.first_prompt(r, s) for r in chunk]
         convs = [[message(t, self.image(r))] for r, t in zip(chunk, texts, strict=True)]
-        outs = self._send(convs, texts, chunk)
+        outs = self.send_batch(convs, texts, chunk, sampling)
         return [{"id": r.record_id, **o} for r, o in zip(chunk, outs, strict=True)]
 
-    def _three_turn(self, chunk: list[Record], s: Setting) -> list[dict]:
+    def _three_turn(self, chunk: list[Record], s: Setting, sampling: SamplingOptions) -> list[dict]:
         texts = [self.first_prompt(r, s) for r in chunk]
         convs = [[message(t, self.image(r))] for r, t in zip(chunk, texts, strict=True)]
         turns: list[list[str]] = [[] for _ in chunk]
@@ -255,7 +266,7 @@ class Evaluator:
                                                                self.opts.l2_margin)[1]),
             lambda r: prompts.turn_compare(),
         ]
-        outs = self._send(convs, texts, chunk)
+        outs = self.send_batch(convs, texts, chunk, sampling)
         for k, o in enumerate(outs):
             errors[k] = o.get("error")
             turns[k].append(o["response"])
@@ -263,7 +274,7 @@ class Evaluator:
             live = [k for k in range(len(chunk)) if errors[k] is None]
             for k in live:
                 convs[k] = [*convs[k], message(turns[k][-1], role="assistant"), message(make(chunk[k]))]
-            replies = self.backend.chat([convs[k] for k in live], self.opts.sampling) if live else []
+            replies = self.backend.chat([convs[k] for k in live], sampling) if live else []
             for k, reply in zip(live, replies, strict=True):
                 turns[k].append(reply)
         rows = []
@@ -311,10 +322,10 @@ def merge_turns(turns: list[str]) -> str:
 def run_diagnostics(ev: Evaluator) -> dict:
     """The paper's isolated capabilities on L1: localization only (mAP), recognition only (CER < 0.7 given
     the group's box), reasoning only (judgment accuracy given the transcription; both modes)."""
-    records = ev.records("L1")
+    records = ev.records(L1)
     coords, budget, sampling = ev.opts.coords, ev.opts.budget, ev.opts.sampling
     images = {r.record_id: ev.image(r) for r in records}
-    opts = ScoreOptions("L1", "answer-based", coords, budget)
+    opts = ScoreOptions(L1, ANSWER_BASED, coords, budget)
     replies = ev.backend.chat([[message(prompts.diag_locate(coords), images[r.record_id])] for r in records],
                                sampling)
     located = Predictions({r.record_id: reply for r, reply in zip(records, replies, strict=True)})
@@ -328,7 +339,7 @@ def run_diagnostics(ev: Evaluator) -> dict:
         texts[(r.record_id, g.group_id)] = str(items[0].get("text", "")) if items else ""
 
     reasoning = {}
-    for mode in ("answer-free", "answer-based"):
+    for mode in MODES:
         convs = [[message(prompts.diag_reason(g.group_id, g.hand, mode, g.std), images[r.record_id])]
                  for r, g in groups]
         judgments = {}
@@ -402,7 +413,7 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: floa
             "data": str(data.resolve()), "annotations_sha256": digest.hexdigest()[:16]}
 
 
-class _FolderLock:
+class FolderLock:
     """An exclusive lock on OUTDIR/.lock for the whole run (released by the OS if the process dies), so two
     runs never append to the same prediction files; the holder's pid is in the file for the message."""
 
@@ -474,8 +485,8 @@ def check_run(run: EvalRun) -> None:
     bad = below_minimum({f"--{k.replace('_', '-')}": v for k, v in at_least.items()}, sep=" ")
     if bad:
         raise ValueError("; ".join(bad))
-    if run.backend not in ("vllm", "hf", "openai"):
-        raise ValueError(f"unknown backend {run.backend!r}: vllm, hf or openai")
+    if run.backend not in BACKENDS:
+        raise ValueError(f"unknown backend {run.backend!r}: {one_of(BACKENDS)}")
     if not run.out.strip():
         raise ValueError("--out is empty: name the output folder")
 
@@ -489,13 +500,13 @@ class RunPlan:
     l2_margin: float
     settings: list[Setting]
     memory: VLLMMemory
-    judge: RuleJudge | LLMJudge  # an LLM judge's engine starts only when first asked
+    judge: Judge  # an LLM judge's engine starts only when first asked
 
 
 def plan_run(run: EvalRun) -> RunPlan:
     """The model found, its coords and pixel budget, the settings, the engine memory and the judge, each checked,
     so that a run refused for any of them leaves no lock, record or prediction behind."""
-    if run.backend in ("vllm", "hf"):  # an openai model is the endpoint's name for it
+    if BACKENDS[run.backend].loads_model:  # an endpoint's model is the endpoint's name for it
         require_model(run.model)
     coords = run.coords or default_coords(run.model)
     if coords not in CONVENTIONS:
@@ -510,78 +521,98 @@ def plan_run(run: EvalRun) -> RunPlan:
 
 
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
-    """Run, score and report; returns the report (also OUTDIR/report.json, report.md, plots/, overlays/).
-    Options, inputs and the model are checked first; the output folder is then held for the whole run."""
+    """Resolve, run the settings, score and write; returns the report (also OUTDIR/report.json, report.md,
+    report.html, plots/, overlays/). Options, inputs and the model are checked first; the output folder is then
+    held for the whole run."""
+    plan = resolve_run(run)
+    out = Path(run.out)
+    with FolderLock(out):
+        identity = run_identity(run, plan.coords, plan.budget, plan.l2_margin)
+        claim_output_folder(out, identity, run.overwrite)  # before any model starts
+        ev, diagnostics = run_settings(run, plan, progress)
+        scored = {s.name: ev.score(s, plan.judge) for s in plan.settings}
+        return write_reports(ev, plan.settings, scored, run_meta(run, plan, identity), diagnostics, run.overlays)
+
+
+def resolve_run(run: EvalRun) -> RunPlan:
+    """The options, the data folder and the model checked and resolved, before anything is written."""
     check_run(run)
     if not Path(run.data).is_dir():
         raise FileNotFoundError(f"data directory not found: {run.data}")
     overlap = overlapping("--out", run.out, {"--data": run.data})
     if overlap:  # --overwrite deletes OUT/predictions; the data's own folders must never be in reach
         raise ValueError(f"{overlap[0]}: choose another --out")
-    plan = plan_run(run)
-    with _FolderLock(Path(run.out)):
-        return _evaluate(run, plan, progress)
+    return plan_run(run)
 
 
 def open_backend(run: EvalRun, plan: RunPlan):
     """The evaluated model's backend as the run's options ask, and its tokenizer (None for an endpoint: its
     prompts cannot be measured here). Grading new pages (gbtrain.grading) opens its model here too, so both
     tools ask a checkpoint the same way."""
-    from gbtrain.backends import HFBackend, OpenAIBackend, VLLMBackend
-
-    if run.backend == "vllm":
-        backend = VLLMBackend(run.model, plan.budget, max_model_len=run.max_model_len,
-                              tensor_parallel_size=run.tensor_parallel_size,
-                              data_parallel_size=run.data_parallel_size, structured=run.structured,
-                              memory=plan.memory)
-        return backend, backend.tokenizer()
-    if run.backend == "hf":
-        backend = HFBackend(run.model, plan.budget, batch_size=run.hf_batch_size)
-        return backend, backend.processor.tokenizer
-    return OpenAIBackend(run.model, run.base_url, api_key_env=run.api_key_env, concurrency=run.concurrency,
-                         budget=plan.budget), None
+    options = BackendOptions(plan.budget, run.max_model_len, run.tensor_parallel_size, run.data_parallel_size,
+                             run.structured, plan.memory, run.hf_batch_size, run.base_url, run.api_key_env,
+                             run.concurrency)
+    backend = BACKENDS[run.backend].from_options(run.model, options)
+    return backend, backend.tokenizer()
 
 
-def _evaluate(run: EvalRun, plan: RunPlan, progress: bool) -> dict:
-    from gbtrain import reports
-    from gbtrain.parsing import normalize_items
-    from gbtrain.scoring import item_boxes, scorer_sha256, write_report
+def setting_sampling(run: EvalRun, s: Setting) -> SamplingOptions:
+    """A setting's sampling: the run's token limit, and the grading JSON schema for a single-turn setting of a
+    `--structured` run (the three-turn replies are other shapes)."""
+    return SamplingOptions(max_tokens=run.max_tokens,
+                           json_schema=GRADING_SCHEMA if run.structured and not s.three_turn else None)
 
-    data = Path(run.data)
-    coords, budget, settings, judge = plan.coords, plan.budget, plan.settings, plan.judge
-    sampling = SamplingOptions(max_tokens=run.max_tokens)
-    out = Path(run.out)
-    identity = run_identity(run, coords, budget, plan.l2_margin)
-    claim_output_folder(out, identity, run.overwrite)  # before any model starts
+
+def run_settings(run: EvalRun, plan: RunPlan, progress: bool = True) -> tuple[Evaluator, dict | None]:
+    """Every setting's predictions (resuming what is there) and, when asked, the L1 diagnostics; the backend is
+    closed after, so an LLM judge gets the memory the evaluated model held. Returns the evaluator (its records,
+    images and predictions, for scoring and writing) and the diagnostics."""
     backend, tokenizer = open_backend(run, plan)
-    ev = Evaluator(backend, data, out, EvalOptions(coords, budget, sampling, run.batch_size,
-                                                   run.max_model_len if tokenizer else None, run.limit,
-                                                   plan.l2_margin),
+    ev = Evaluator(backend, Path(run.data), Path(run.out),
+                   EvalOptions(plan.coords, plan.budget, SamplingOptions(max_tokens=run.max_tokens), run.batch_size,
+                               run.max_model_len if tokenizer else None, run.limit, plan.l2_margin),
                    tokenizer=tokenizer, progress=progress)
-    for s in settings:
-        ev.opts.sampling = SamplingOptions(max_tokens=run.max_tokens,
-                                           json_schema=GRADING_SCHEMA if run.structured and not s.three_turn else None)
-        ev.run(s, overwrite=run.overwrite)
-    ev.opts.sampling = sampling
+    for s in plan.settings:
+        ev.run(s, overwrite=run.overwrite, sampling=setting_sampling(run, s))
     diagnostics = run_diagnostics(ev) if run.diagnostics else None
-    backend.close()  # all generation is done: an LLM judge gets the memory the evaluated model held
-    reports_by_setting = {s.name: ev.score(s, judge) for s in settings}
-    meta = {"model": run.model, "backend": run.backend, "coords": coords, "judge": without_credentials(run.judge),
-            "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "max_tokens": run.max_tokens,
-            "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(),
-            "limit": run.limit, "structured": run.structured, "data": identity["data"],
+    backend.close()
+    return ev, diagnostics
+
+
+def run_meta(run: EvalRun, plan: RunPlan, identity: dict) -> dict:
+    """The report's `meta`: what was evaluated, how, and what scored it."""
+    from gbtrain.scoring import scorer_sha256
+
+    return {"model": run.model, "backend": run.backend, "coords": plan.coords,
+            "judge": without_credentials(run.judge), "min_pixels": plan.budget.min_pixels,
+            "max_pixels": plan.budget.max_pixels, "max_tokens": run.max_tokens,
+            "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(), "limit": run.limit,
+            "structured": run.structured, "data": identity["data"],
             "annotations_sha256": identity["annotations_sha256"]}
-    report = reports.build_report(reports_by_setting, meta, diagnostics)
+
+
+def write_reports(ev: Evaluator, settings: list[Setting], scored: dict[str, dict], meta: dict,
+                  diagnostics: dict | None, overlays: int) -> dict:
+    """OUTDIR/report.json, report.md, plots/, overlays/ (the first `overlays` records of each single-turn L1/L3
+    setting) and report.html, from the scored settings; returns the report. The groups' outcomes, which
+    report.json leaves out, go to report.html's records."""
+    from gbtrain import html_report, reports
+    from gbtrain.parsing import normalize_items
+    from gbtrain.scoring import item_boxes, write_report
+
+    out = ev.out
+    report = reports.build_report(scored, meta, diagnostics)
     write_report(report, out / "report.json")
     (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")
     reports.plots(report, out / "plots")
     for s in settings:
-        if s.three_turn or s.level == "L2" or run.overlays <= 0:
+        if s.three_turn or s.level == L2 or overlays <= 0:
             continue
         responses = ev.predictions(s).responses
-        for r in ev.records(s.level)[:run.overlays]:
+        for r in ev.records(s.level)[:overlays]:
             items = item_boxes(normalize_items(parse_response(responses.get(r.record_id)).items), r,
                                ev.score_options(s))
-            reports.overlay(ev.image(r), r, reports_by_setting[s.name], items,
+            reports.overlay(ev.image(r), r, scored[s.name], items,
                             out / "overlays" / f"{s.name}_{reports.safe_name(r.record_id)}.png")
+    html_report.write_run_page(out, report, {name: rep["groups"] for name, rep in scored.items()})
     return report

@@ -43,8 +43,8 @@ from gbtrain.evaluation import (
     EvalOptions,
     EvalRun,
     Evaluator,
+    FolderLock,
     RunPlan,
-    _FolderLock,
     check_run,
     claim_output_folder,
     open_backend,
@@ -56,6 +56,7 @@ from gbtrain.reports import safe_name
 from gbtrain.schema import RIGHT, WRONG
 from gbtrain.scoring import ScoreOptions, item_boxes
 from gbtrain.synth.fonts import draw_text
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3, setting_name
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 PDF_SUFFIX = ".pdf"
@@ -96,13 +97,13 @@ class GradeRun:
 
     @property
     def mode(self) -> str:
-        return "answer-based" if self.answer_key else "answer-free"
+        return ANSWER_BASED if self.answer_key else ANSWER_FREE
 
     def as_eval_run(self) -> EvalRun:
         """The evaluator's view of these options, one L3 setting, so that its checks, its coords and budget
         defaults (the checkpoint's record) and its backend construction apply unchanged."""
         shared = {f.name: getattr(self, f.name) for f in fields(EvalRun) if hasattr(self, f.name)}
-        return EvalRun(**shared, data=self.pages, settings=f"L3-{prompts.MODE_SHORT[self.mode]}")
+        return EvalRun(**shared, data=self.pages, settings=setting_name(L3, self.mode))
 
 
 # --------------------------------------------------------------------------------- pages
@@ -243,7 +244,7 @@ def answer_key_hash(key: AnswerKey | None) -> str | None:
 
 def grading_prompt(coords: str, key: AnswerKey | None) -> str:
     """The evaluator's L3 instruction: answer-free, or answer-based with the key as the reference answers."""
-    return prompts.single_turn("L3", "answer-based" if key else "answer-free", coords, None, key)
+    return prompts.single_turn(L3, ANSWER_BASED if key else ANSWER_FREE, coords, None, key)
 
 
 # --------------------------------------------------------------------------------- reading a reply
@@ -262,7 +263,7 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
     """The items of a page's reply with their boxes in page pixels (clipped to the page; None without a valid
     box), and why the reply did not parse cleanly (parsing's reason; None when it did)."""
     parsed = parse_response(reply)
-    opts = ScoreOptions("L3", "answer-based" if key else "answer-free", coords, budget)
+    opts = ScoreOptions(L3, ANSWER_BASED if key else ANSWER_FREE, coords, budget)
     items = []
     for ib in item_boxes(normalize_items(parsed.items), PageSize(width, height), opts):
         it = ib.item
@@ -282,14 +283,14 @@ def page_totals(items: list[dict], status: str) -> dict:
 
 def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None,
                 dpi: float) -> dict:
-    """A graded page as OUT/pages/<page>.json holds it. `reply` is an Evaluator._send row: the model's text, or
+    """A graded page as OUT/pages/<page>.json holds it. `reply` is an Evaluator.send_batch row: the model's text, or
     an error (prompt too long for the context, an endpoint's refusal) with no text; status "error" then."""
     items, reason = read_reply(reply["response"], page.width, page.height, coords, budget, key)
     status = "error" if reply.get("error") else reason or "ok"
     p = page.page
     return {"page": p.name, "source": p.rel,
             "pdf_page": None if p.index is None else p.index + 1, "pdf_dpi": None if p.index is None else dpi,
-            "width": page.width, "height": page.height, "mode": "answer-based" if key else "answer-free",
+            "width": page.width, "height": page.height, "mode": ANSWER_BASED if key else ANSWER_FREE,
             "status": status, "error": reply.get("error"), "totals": page_totals(items, status), "items": items,
             "response": str(reply["response"])}
 
@@ -427,7 +428,7 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
     if not pages and not unreadable:
         raise ValueError(f"{folder}: no pages (JPEG, PNG or PDF files)")
     out = Path(run.out)
-    with _FolderLock(out):
+    with FolderLock(out):
         identity = grading_identity(run, plan, key)
         claim_output_folder(out, identity, run.overwrite, results=RESULTS)  # before any model starts
         if run.overwrite:
@@ -461,7 +462,7 @@ def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, todo: list[Page]
                     loaded.append(LoadedPage(page, load_page(page, run.pdf_dpi)))
                 except ValueError as e:
                     failed.append({"page": page.name, "error": str(e)})
-            replies = sender._send([[message(text, lp.image)] for lp in loaded], [text] * len(loaded), loaded)
+            replies = sender.send_batch([[message(text, lp.image)] for lp in loaded], [text] * len(loaded), loaded)
             for lp, reply in zip(loaded, replies, strict=True):
                 _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key, run.pdf_dpi))
             bar.update(len(batch))

@@ -3,7 +3,7 @@
 ``RuleJudge`` (the default) needs no model: equal after normalisation, equal numbers, the same choice
 letters, or the same truth value. ``LLMJudge`` asks a model through any text generator (a gbtrain
 inference backend) with a fixed prompt; only a strict yes counts, and results are cached by
-(answer, reference).
+(answer, reference). ``JUDGES`` names them for `--judge`: a new judge is a class and one line there.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
+
+from gbtrain.vocabulary import one_of
 
 _TRAILING_PUNCT = "。．.，,；;：:！!？?、"
 # The one list of words meaning true / false: true/false answers here, the model's right/wrong judgments in
@@ -128,6 +131,14 @@ class LLMJudge:
         self.cache: dict[tuple[str, str], bool | None] = {}
         self.replies: dict[tuple[str, str], str] = {}
 
+    @classmethod
+    def on_backend(cls, spec: str, memory=None) -> LLMJudge:
+        """The model of a backend spec (`vllm:MODEL`, `openai:MODEL[@URL]`) as judge; `memory` sizes a vllm engine.
+        Its engine starts at its first question, so an evaluator can release its own model first."""
+        from gbtrain.backends import judge_generator, without_credentials
+
+        return cls(judge_generator(spec, memory), name=without_credentials(spec))
+
     def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
         todo = sorted({p for p in pairs if p not in self.cache and p[0].strip()})
         if todo:
@@ -145,3 +156,29 @@ class LLMJudge:
                 "no": sum(self.cache[p] is False for p in asked), "unclear": len(unclear),
                 "unclear_examples": [{"answer": a, "reference": r, "reply": self.replies[(a, r)]}
                                      for a, r in unclear[:5]]}
+
+
+Judge = RuleJudge | LLMJudge
+
+
+@dataclass(frozen=True)
+class JudgeKind:
+    usage: str  # how `--judge` names it: the kind alone, or KIND:MODEL for a judge that asks a model
+    make: Callable[[str, object], Judge]  # (the whole spec, the engine memory of a vllm judge) -> the judge
+
+
+# The registry: every kind `--judge` takes.
+JUDGES: dict[str, JudgeKind] = {
+    "rule": JudgeKind("rule", lambda spec, memory: RuleJudge()),
+    "vllm": JudgeKind("vllm:MODEL", LLMJudge.on_backend),
+    "openai": JudgeKind("openai:MODEL[@URL]", LLMJudge.on_backend),
+}
+
+
+def judge_from_spec(spec: str, memory=None) -> Judge:
+    """The judge a `--judge` spec names (see JUDGES); `memory` (backends.VLLMMemory) sizes a vllm judge's engine."""
+    kind, colon, target = spec.partition(":")
+    entry = JUDGES.get(kind)
+    if entry is None or bool(colon) != (":" in entry.usage) or (colon and not target):
+        raise ValueError(f"judge {spec!r} must be {one_of(k.usage for k in JUDGES.values())}")
+    return entry.make(spec, memory)

@@ -17,6 +17,7 @@ from gbtrain.converters import REPORT
 from gbtrain.reports import safe_name
 from gbtrain.schema import CONTEXT, RIGHT, WRONG, Record
 from gbtrain.synth.fonts import draw_text
+from gbtrain.vocabulary import L3
 
 COLORS = {RIGHT: (0, 150, 0), WRONG: (210, 0, 0), CONTEXT: (40, 90, 220)}
 OTHER_COLOR = (220, 130, 0)  # half_right, unanswered, unknown
@@ -104,7 +105,7 @@ def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | 
         raise ValueError(f"{overlap[0]}: choose another --out")
     loaded = load_dataset(data_dir, lenient=True)
     summary = summarize(loaded, data_dir)
-    level = level or ("L3" if "L3" in loaded else next(iter(loaded)))
+    level = level or (L3 if L3 in loaded else next(iter(loaded)))
     if level not in loaded:
         raise ValueError(f"--level {level}: {data_dir} has no {level} annotations (it has {', '.join(loaded)})")
     records = loaded[level].records

@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from gbtrain.coords import CONVENTIONS
-
-MODES = ("answer-free", "answer-based")
-MODE_SHORT = {"answer-free": "af", "answer-based": "ab"}
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L1, L2, L3, MODES
 
 _COORDS = {
     "qwen25": "[x1, y1, x2, y2] in pixels of the image as you see it",
@@ -25,9 +23,9 @@ _COORDS = {
 assert set(_COORDS) == set(CONVENTIONS)
 
 _SCOPE = {
-    "L1": "This image is one question cropped from a student's exam paper.",
-    "L2": "This image is a student's exam page.",
-    "L3": "This image is a student's exam page.",
+    L1: "This image is one question cropped from a student's exam paper.",
+    L2: "This image is a student's exam page.",
+    L3: "This image is a student's exam page.",
 }
 _TRANSCRIBE = ("Transcribe the handwriting exactly as written (a wrong answer stays wrong; write \"\" for a "
                "blank answer).")
@@ -56,11 +54,11 @@ def single_turn(level: str, mode: str, coords: str, regions: list[list] | None =
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     parts = [_SCOPE[level]]
-    if level == "L2":
+    if level == L2:
         parts.append(_region_rule(regions or []))
     parts.append("Find every handwritten answer area, each sub-question separately, and grade it.")
     parts.append(_TRANSCRIBE)
-    if mode == "answer-free":
+    if mode == ANSWER_FREE:
         parts.append('Solve each question yourself and put your answer in "answer".')
     else:
         parts.append(references_block(references or []))
@@ -75,7 +73,7 @@ def single_turn(level: str, mode: str, coords: str, regions: list[list] | None =
 def turn_locate(level: str, coords: str, regions: list[list] | None = None) -> str:
     """Three-turn, turn 1: boxes and transcriptions only."""
     parts = [_SCOPE[level]]
-    if level == "L2":
+    if level == L2:
         parts.append(_region_rule(regions or []))
     parts += ["Find every handwritten answer area, each sub-question separately.", _TRANSCRIBE, _box_rule(coords),
               'Reply with a JSON list in reading order: [{"bbox_2d": [...], "text": "..."}]']
@@ -84,7 +82,7 @@ def turn_locate(level: str, coords: str, regions: list[list] | None = None) -> s
 
 def turn_solve(mode: str, references: list[tuple[str, str | None]] | None = None) -> str:
     """Three-turn, turn 2: derive the answers (answer-free) or align the given references (answer-based)."""
-    if mode == "answer-free":
+    if mode == ANSWER_FREE:
         return ('Now solve each of those questions yourself. Reply with a JSON list in the same order: '
                 '[{"answer": "..."}]')
     return (references_block(references or []) + "\nMatch each answer area above with its reference answer. "
@@ -99,20 +97,20 @@ def turn_compare() -> str:
 
 def diag_locate(coords: str) -> str:
     """Diagnostics, localization only: boxes of every answer area, nothing else."""
-    return "\n".join([_SCOPE["L1"], "Find every handwritten answer area, each sub-question separately.",
+    return "\n".join([_SCOPE[L1], "Find every handwritten answer area, each sub-question separately.",
                       _box_rule(coords), 'Reply with a JSON list in reading order: [{"bbox_2d": [...]}]'])
 
 
 def diag_recognize(coords: str, box: list) -> str:
     """Diagnostics, recognition only: transcribe the handwriting inside a given box."""
-    return "\n".join([_SCOPE["L1"], f"Transcribe the handwriting inside the box {box}.", _TRANSCRIBE,
+    return "\n".join([_SCOPE[L1], f"Transcribe the handwriting inside the box {box}.", _TRANSCRIBE,
                       _box_rule(coords), 'Reply with JSON: {"text": "..."}'])
 
 
 def diag_reason(question_id: str, transcription: str, mode: str, reference: str | None) -> str:
     """Diagnostics, reasoning only: judge a given transcription (with the reference in answer-based mode)."""
-    parts = [_SCOPE["L1"], f'The student\'s answer to question {question_id} reads: "{transcription}".']
-    if mode == "answer-based":
+    parts = [_SCOPE[L1], f'The student\'s answer to question {question_id} reads: "{transcription}".']
+    if mode == ANSWER_BASED:
         parts.append(references_block([(question_id, reference)]))
     parts.append('Is it right? Reply with JSON: {"correctness": true}')
     return "\n".join(parts)
@@ -121,7 +119,7 @@ def diag_reason(question_id: str, transcription: str, mode: str, reference: str 
 def prompt_fingerprint() -> str:
     """A short hash of every instruction template, recorded with predictions to tie them to a wording."""
     probe = [single_turn(lvl, m, c, [[0, 0, 1, 1]], [("1", "x")]) for lvl in _SCOPE for m in MODES for c in _COORDS]
-    probe += [turn_locate("L2", "qwen25", [[0, 0, 1, 1]]), turn_solve("answer-free"),
-              turn_solve("answer-based", [("1", "x")]), turn_compare(), diag_locate("qwen25"),
-              diag_recognize("qwen25", [0, 0, 1, 1]), diag_reason("1", "x", "answer-based", "y")]
+    probe += [turn_locate(L2, "qwen25", [[0, 0, 1, 1]]), turn_solve(ANSWER_FREE),
+              turn_solve(ANSWER_BASED, [("1", "x")]), turn_compare(), diag_locate("qwen25"),
+              diag_recognize("qwen25", [0, 0, 1, 1]), diag_reason("1", "x", ANSWER_BASED, "y")]
     return hashlib.sha256("\n".join(probe).encode()).hexdigest()[:12]

@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt
 from PIL import Image, ImageDraw
 
 from gbtrain.backends import without_credentials
-from gbtrain.schema import LEVELS, Record
+from gbtrain.schema import Record
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
 
 GATES = ("localized", "recognized", "reasoned", "accuracy")
 
@@ -24,7 +25,7 @@ def table2(settings: dict[str, dict]) -> dict:
     table: dict = {}
     accs = []
     for lvl in LEVELS:
-        af, ab = settings.get(f"{lvl}-af"), settings.get(f"{lvl}-ab")
+        af, ab = (settings.get(setting_name(lvl, mode)) for mode in (ANSWER_FREE, ANSWER_BASED))
         if not af and not ab:
             continue
         row = {"mAP": (af or ab)["map_20_50"], "Acc-F": af["accuracy"] if af else None,
@@ -137,6 +138,18 @@ def safe_name(text: str) -> str:
     return f"{stem or 'id'}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
+OUTCOMES = {"loc": "not localized", "cer": "CER ≥ 0.7", "ans": "answer wrong", "judg": "judgment wrong",
+            "PASS": "correct"}
+
+
+def outcome(group: dict) -> str:
+    """A scored group's first failed gate (a key of OUTCOMES, as the overlays label it), or PASS."""
+    if group.get("accurate"):
+        return "PASS"
+    return ("loc" if not group.get("localized") else "cer" if not group.get("recognized") else
+            "ans" if not group.get("reasoned") else "judg")
+
+
 def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxes: list, out: Path) -> Path:
     """The page with GT boxes (green), predicted boxes (red), matched pairs linked, each GT group labelled
     with its outcome and each prediction with its text, answer and judgment."""
@@ -148,10 +161,7 @@ def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxe
     outcomes = {g["group_id"]: g for g in setting_report["groups"] if g["record_id"] == record.record_id}
     for g in record.groups:
         b = g.box
-        o = outcomes.get(g.group_id, {})
-        verdict = "PASS" if o.get("accurate") else ("loc" if not o.get("localized") else
-                                                   "cer" if not o.get("recognized") else
-                                                   "ans" if not o.get("reasoned") else "judg")
+        verdict = outcome(outcomes.get(g.group_id, {}))
         draw.rectangle(b.as_list(), outline=(0, 170, 0), width=3)
         draw_text(draw, b.x1, max(size, b.y1 - 3), f"{g.group_id} {verdict}", size, (0, 130, 0))
     for ib in items_boxes:

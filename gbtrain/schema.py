@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
-LEVELS = ("L1", "L2", "L3")
+from gbtrain.vocabulary import LEVELS as LEVELS  # re-exported: the levels a record has
+
 SUBJECTS = ("Mathematics", "Chinese", "English", "Science", "Humanities")
 STAGES = ("Elementary", "Junior_High", "Senior_High")
 QUESTION_TYPES = ("Fill-in-the-blank", "Multiple-choice", "True-False", "Problem-Solving", "Other")

@@ -13,7 +13,9 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from rapidfuzz.distance import Levenshtein
@@ -21,7 +23,8 @@ from rapidfuzz.distance import Levenshtein
 from gbtrain import judges, parsing
 from gbtrain.coords import PixelBudget, from_model
 from gbtrain.judges import normalize_text
-from gbtrain.schema import LEVELS, RIGHT, WRONG, Box, Group, Record
+from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
+from gbtrain.vocabulary import ANSWER_FREE, LEVELS, MODES
 
 IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
 CER_THRESHOLD = 0.7
@@ -41,7 +44,7 @@ class ScoreOptions:
     judge: str = "rule"
 
     def __post_init__(self):
-        if self.level not in LEVELS or self.mode not in ("answer-free", "answer-based"):
+        if self.level not in LEVELS or self.mode not in MODES:
             raise ValueError(f"level {self.level!r} / mode {self.mode!r}: choose L1-L3 and answer-free/answer-based")
         if not (math.isfinite(self.match_radius) and self.match_radius > 0):
             raise ValueError(f"match radius {self.match_radius!r}: must be a positive number")
@@ -265,92 +268,140 @@ def scorer_sha256() -> str:
     return h.hexdigest()
 
 
-def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
-          judge: judges.RuleJudge | judges.LLMJudge | None = None) -> dict:
-    """Score one setting (level x mode); returns the report dict (see README for every field)."""
-    if opts.mode not in ("answer-free", "answer-based"):
-        raise ValueError(f"unknown mode {opts.mode!r}")
-    judge = judge or judges.RuleJudge()
-    known = {r.record_id for r in records}
-    outcomes: list[GroupOutcome] = []
+@dataclass
+class GradedSetting:
+    """One setting graded record by record (steps 3-6 for every group): what every summary metric reads."""
+
+    records: list[Record]
+    predictions: Predictions
+    opts: ScoreOptions
+    judge: judges.Judge
+    outcomes: list[GroupOutcome] = field(default_factory=list)
+    judged_pairs: list[tuple[str, str]] = field(default_factory=list)  # (answer, reference) asked of the judge
+    boxes_by_record: dict[str, list[Box]] = field(default_factory=dict)  # valid boxes of each answered record
+    matched_items: dict[tuple[str, str], parsing.PredictedItem] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    unparsable: list[str] = field(default_factory=list)
+    parse_reasons: Counter = field(default_factory=Counter)
+    no_valid_box: int = 0
+
+    @cached_property
+    def counted(self) -> list[GroupOutcome]:
+        """The denominator: every group, less those excluded (--exclude-other)."""
+        return [o for o in self.outcomes if not o.excluded]
+
+    @cached_property
+    def localization(self) -> tuple[float, dict[str, float]]:
+        return map_20_50(self.records, self.boxes_by_record)
+
+    def rate(self, gate: str) -> float:
+        return _rate(sum(getattr(o, gate) for o in self.counted), len(self.counted))
+
+
+def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
+          judge: judges.Judge | None = None) -> GradedSetting:
+    """Every group's outcome: matched (3), transcribed (4), answered (5, one judge call for the whole setting)
+    and judged (6)."""
+    g = GradedSetting(records, predictions, opts, judge or judges.RuleJudge())
     pending_answers: list[tuple[GroupOutcome, parsing.PredictedItem, str]] = []
-    boxes_by_record: dict[str, list[Box]] = {}
-    matched_items: dict[tuple[str, str], parsing.PredictedItem] = {}
-    missing, unparsable, parse_reasons, no_valid_box = [], [], Counter(), 0
-
     for r in records:
-        groups = r.groups
-        group_outcomes = [_pending(r, g) for g in groups]
-        outcomes += group_outcomes
+        group_outcomes = [_pending(r, grp) for grp in r.groups]
+        g.outcomes += group_outcomes
         if r.record_id not in predictions.responses:
-            missing.append(r.record_id)
+            g.missing.append(r.record_id)
             continue
-        parsed = parsing.parse_response(predictions.responses[r.record_id])
-        if parsed.reason:
-            parse_reasons[parsed.reason] += 1
-            if not parsed.items:
-                unparsable.append(r.record_id)
-        items = item_boxes(parsing.normalize_items(parsed.items), r, opts)
-        no_valid_box += sum(ib.box is None for ib in items)
-        boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
-        for g_idx, i_idx in match_by_centre(items, [g.box for g in groups], opts.match_radius).items():
-            g, out, item = groups[g_idx], group_outcomes[g_idx], items[i_idx].item
-            matched_items[(r.record_id, g.group_id)] = item
-            out.localized = True
-            out.cer = round(cer(item.text, g.hand), _ROUND)
-            if out.cer >= CER_THRESHOLD:
-                continue
-            out.recognized = True
-            if opts.mode == "answer-free" and g.std is not None:
-                pending_answers.append((out, item, g.std))
-                continue
-            out.unverifiable = opts.mode == "answer-free"
-            out.reasoned = True
-            _judge_step(out, item)
-
-    judged_pairs = [(item.answer, ref) for _, item, ref in pending_answers]
-    verdicts = judge.judge_many(judged_pairs)
+        pending_answers += _grade_record(g, r, group_outcomes)
+    g.judged_pairs = [(item.answer, ref) for _, item, ref in pending_answers]
+    verdicts = g.judge.judge_many(g.judged_pairs)
     for (out, item, _), ok in zip(pending_answers, verdicts, strict=True):
         if ok:
             out.reasoned = True
             _judge_step(out, item)
-
     if opts.exclude_other:
-        for o in outcomes:
+        for o in g.outcomes:
             o.excluded = o.label not in (RIGHT, WRONG)
-    counted = [o for o in outcomes if not o.excluded]
-    n = len(counted)
-    map_value, ap = map_20_50(records, boxes_by_record)
-    unexpected = sorted(set(predictions.responses) - known)
-    return {
-        "level": opts.level, "mode": opts.mode,
-        "n_records": len(records), "n_groups": n,
-        "accuracy": _rate(sum(o.accurate for o in counted), n),
-        "localized": _rate(sum(o.localized for o in counted), n),
-        "recognized": _rate(sum(o.recognized for o in counted), n),
-        "reasoned": _rate(sum(o.reasoned for o in counted), n),
-        "correct": sum(o.accurate for o in counted),
-        "fn": sum(o.judged is False and o.label == RIGHT for o in counted),
-        "fp": sum(o.judged is True and o.label != RIGHT for o in counted),
-        "unverifiable": sum(o.unverifiable for o in counted),
-        "judge_replies": judge.stats(judged_pairs),
-        "labels": dict(sorted(Counter(o.label for o in outcomes).items())),
-        "excluded_other_labels": sum(o.excluded for o in outcomes),
-        "map_20_50": map_value, "ap_by_iou": ap,
-        "coverage": {
-            "missing": len(missing), "unexpected": len(unexpected), "duplicate": len(predictions.duplicates),
-            "unparsable": len(unparsable), "no_valid_box": no_valid_box,
-            "ids": {"missing": missing, "unexpected": unexpected, "duplicate": predictions.duplicates,
-                    "unparsable": unparsable},
-        },
-        "parse_failures": dict(sorted(parse_reasons.items())),
-        "breakdown": breakdown(counted),
-        "partial_credit": _partial_credit(records, matched_items),
-        "settings": asdict(opts) | {"judge": getattr(judge, "name", opts.judge), "cer_threshold": CER_THRESHOLD,
-                                    "iou_thresholds": list(IOU_THRESHOLDS)},
-        "scorer_sha256": scorer_sha256(),
-        "groups": [dict(vars(o)) for o in outcomes],
-    }
+    return g
+
+
+def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome]
+                  ) -> list[tuple[GroupOutcome, parsing.PredictedItem, str]]:
+    """One answered record's groups through steps 3, 4 and 6; returns those waiting for the answer gate (5)."""
+    parsed = parsing.parse_response(g.predictions.responses[r.record_id])
+    if parsed.reason:
+        g.parse_reasons[parsed.reason] += 1
+        if not parsed.items:
+            g.unparsable.append(r.record_id)
+    items = item_boxes(parsing.normalize_items(parsed.items), r, g.opts)
+    g.no_valid_box += sum(ib.box is None for ib in items)
+    g.boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
+    pending = []
+    for g_idx, i_idx in match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius).items():
+        grp, out, item = r.groups[g_idx], group_outcomes[g_idx], items[i_idx].item
+        g.matched_items[(r.record_id, grp.group_id)] = item
+        out.localized = True
+        out.cer = round(cer(item.text, grp.hand), _ROUND)
+        if out.cer >= CER_THRESHOLD:
+            continue
+        out.recognized = True
+        if g.opts.mode == ANSWER_FREE and grp.std is not None:
+            pending.append((out, item, grp.std))
+            continue
+        out.unverifiable = g.opts.mode == ANSWER_FREE
+        out.reasoned = True
+        _judge_step(out, item)
+    return pending
+
+
+def _coverage(g: GradedSetting) -> dict:
+    unexpected = sorted(set(g.predictions.responses) - {r.record_id for r in g.records})
+    dups = g.predictions.duplicates
+    return {"missing": len(g.missing), "unexpected": len(unexpected), "duplicate": len(dups),
+            "unparsable": len(g.unparsable), "no_valid_box": g.no_valid_box,
+            "ids": {"missing": g.missing, "unexpected": unexpected, "duplicate": dups, "unparsable": g.unparsable}}
+
+
+# The report of a setting, field by field (README lists each). A new metric is one line here: its name and the
+# function of the graded setting that computes it.
+METRICS: dict[str, Callable[[GradedSetting], object]] = {
+    "level": lambda g: g.opts.level,
+    "mode": lambda g: g.opts.mode,
+    "n_records": lambda g: len(g.records),
+    "n_groups": lambda g: len(g.counted),
+    "accuracy": lambda g: g.rate("accurate"),
+    "localized": lambda g: g.rate("localized"),
+    "recognized": lambda g: g.rate("recognized"),
+    "reasoned": lambda g: g.rate("reasoned"),
+    "correct": lambda g: sum(o.accurate for o in g.counted),
+    "fn": lambda g: sum(o.judged is False and o.label == RIGHT for o in g.counted),
+    "fp": lambda g: sum(o.judged is True and o.label != RIGHT for o in g.counted),
+    "unverifiable": lambda g: sum(o.unverifiable for o in g.counted),
+    "judge_replies": lambda g: g.judge.stats(g.judged_pairs),
+    "labels": lambda g: dict(sorted(Counter(o.label for o in g.outcomes).items())),
+    "excluded_other_labels": lambda g: sum(o.excluded for o in g.outcomes),
+    "map_20_50": lambda g: g.localization[0],
+    "ap_by_iou": lambda g: g.localization[1],
+    "coverage": _coverage,
+    "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
+    "breakdown": lambda g: breakdown(g.counted),
+    "partial_credit": lambda g: _partial_credit(g.records, g.matched_items),
+    "settings": lambda g: asdict(g.opts) | {"judge": getattr(g.judge, "name", g.opts.judge),
+                                            "cer_threshold": CER_THRESHOLD, "iou_thresholds": list(IOU_THRESHOLDS)},
+    "scorer_sha256": lambda g: scorer_sha256(),
+    "groups": lambda g: [dict(vars(o)) for o in g.outcomes],
+}
+
+
+def summarize(graded: GradedSetting) -> dict:
+    """The setting's report: every metric of METRICS over the graded setting."""
+    return {name: metric(graded) for name, metric in METRICS.items()}
+
+
+def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
+          judge: judges.Judge | None = None) -> dict:
+    """Score one setting (level x mode); returns the report dict (see README for every field)."""
+    if opts.mode not in MODES:
+        raise ValueError(f"unknown mode {opts.mode!r}")
+    return summarize(grade(records, predictions, opts, judge))
 
 
 def _judge_step(out: GroupOutcome, item: parsing.PredictedItem) -> None:

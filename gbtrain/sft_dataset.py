@@ -28,8 +28,8 @@ from gbtrain import annotations
 from gbtrain.config import BuildConfig, below_minimum, load_yaml, overlapping, to_yaml
 from gbtrain.conversations import Conversation, build_conversation, with_image_placeholder
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
-from gbtrain.prompts import MODES
-from gbtrain.schema import LEVELS, Record
+from gbtrain.schema import Record
+from gbtrain.vocabulary import LEVELS, MODES
 
 SPLITS = ("train", "validation", "test")
 

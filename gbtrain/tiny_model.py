@@ -17,6 +17,8 @@ import random
 from importlib.resources import files
 from pathlib import Path
 
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L2, LEVELS, MODES
+
 # The hub tokenizer's added tokens, in id order after the BPE vocabulary; the first 14 are special.
 ADDED_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
                 "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
@@ -47,12 +49,12 @@ def training_corpus(n_pages: int = 60, seed: int = 0) -> list[str]:
 
     rng = random.Random(seed)
     lines: list[str] = []
-    for level in ("L1", "L2", "L3"):
-        for mode in prompts.MODES:
+    for level in LEVELS:
+        for mode in MODES:
             for coords in CONVENTIONS:
                 lines.append(prompts.single_turn(level, mode, coords, [[12, 40, 300, 95]], [("1-1", "85")]))
-    lines += [prompts.turn_locate("L2", "qwen25", [[1, 2, 3, 4]]), prompts.turn_solve("answer-free"),
-              prompts.turn_solve("answer-based", [("3", "B")]), prompts.turn_compare()]
+    lines += [prompts.turn_locate(L2, "qwen25", [[1, 2, 3, 4]]), prompts.turn_solve(ANSWER_FREE),
+              prompts.turn_solve(ANSWER_BASED, [("3", "B")]), prompts.turn_compare()]
     for _ in range(n_pages):
         for kinds in BANKS.values():
             for makers in kinds.values():

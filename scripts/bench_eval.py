@@ -18,18 +18,18 @@ from bench_child import emit, run_child
 
 def run_backend(args) -> dict:
     from gbtrain.annotations import load_level
-    from gbtrain.backends import HFBackend, SamplingOptions, VLLMBackend, VLLMMemory, message
+    from gbtrain.backends import BACKENDS, BackendOptions, SamplingOptions, VLLMMemory, message
     from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_budget
+    from gbtrain.vocabulary import ANSWER_FREE, L1
 
     budget = default_budget(args.model)
-    if args.backend == "vllm":
-        backend = VLLMBackend(args.model, budget, max_model_len=4096, memory=VLLMMemory(args.kv_cache_gib))
-    else:
-        backend = HFBackend(args.model, budget, batch_size=args.hf_batch)
-    records = load_level(args.data, "L1").records[:args.records + 2]
+    options = BackendOptions(budget, max_model_len=4096, memory=VLLMMemory(args.kv_cache_gib),
+                             hf_batch_size=args.hf_batch)
+    backend = BACKENDS[args.backend].from_options(args.model, options)
+    records = load_level(args.data, L1).records[:args.records + 2]
     sampling = SamplingOptions(max_tokens=args.max_tokens)
     ev = Evaluator(backend, args.data, "unused", EvalOptions("qwen25", budget, sampling), progress=False)
-    setting = Setting("L1", "answer-free")
+    setting = Setting(L1, ANSWER_FREE)
     convs = [[message(ev.first_prompt(r, setting), ev.image(r))] for r in records]
     backend.chat(convs[:2], ev.opts.sampling)  # warm-up
     start = time.perf_counter()

@@ -44,16 +44,17 @@ def record_lengths(data: str, samples: int, out: str) -> None:
     from transformers import AutoTokenizer
 
     from gbtrain.sft_dataset import dataset_pixel_budget, finished_build, load_sft_dataset
+    from gbtrain.vocabulary import L1, L3
 
     built = finished_build(data)
     train = load_sft_dataset(data, decode_images=False)["train"]
     budget = dataset_pixel_budget(data)
     tokenizer = AutoTokenizer.from_pretrained(str(built.tokenizer))
     levels = train["level"]
-    queues = {lvl: [i for i, x in enumerate(levels) if x == lvl] for lvl in ("L1", "L3")}
+    queues = {lvl: [i for i, x in enumerate(levels) if x == lvl] for lvl in (L1, L3)}
     order: list[int] = []
-    while len(order) < samples and (queues["L1"] or queues["L3"]):
-        for lvl, k in (("L3", 1), ("L1", 3)):
+    while len(order) < samples and (queues[L1] or queues[L3]):
+        for lvl, k in ((L3, 1), (L1, 3)):
             order += [queues[lvl].pop(0) for _ in range(min(k, len(queues[lvl])))]
     rows = []
     for i in order[:samples]:

@@ -23,6 +23,7 @@ from gbtrain.conversations import answer_items
 from gbtrain.coords import PixelBudget
 from gbtrain.schema import Mark, Record
 from gbtrain.scoring import Predictions, ScoreOptions, read_predictions, score
+from gbtrain.vocabulary import ANSWER_FREE, L3, LEVELS, MODES
 
 
 def make_records(n_groups: int, level: str, rng: random.Random) -> list[Record]:
@@ -72,10 +73,10 @@ def main() -> None:
     rng = random.Random(args.seed)
     budget = PixelBudget()
     total = 0.0
-    for level in ("L1", "L2", "L3"):
+    for level in LEVELS:
         records = make_records(args.groups, level, rng)
         preds = make_predictions(records, rng, budget)
-        for mode in ("answer-free", "answer-based"):
+        for mode in MODES:
             start = time.perf_counter()
             report = score(records, preds, ScoreOptions(level, mode, "qwen25"))
             took = time.perf_counter() - start
@@ -92,14 +93,14 @@ def hostile(rng: random.Random) -> None:
     responses = ["[" * 10_000_000, "a" * 10_000_000, "[" * 2000 + "]" * 2000, "[" * 8000,
                  "<think>" * 100_000 + "[]", "see [1] and [2] " * 62_000, "[" + item % ("9" * 401, "1") + "]",
                  "[" + item % ("5", "1e999999999") + "]"]
-    records = make_records(len(responses) * 11, "L3", rng)[:len(responses)]
+    records = make_records(len(responses) * 11, L3, rng)[:len(responses)]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "hostile.jsonl"
         with open(path, "w", encoding="utf-8") as f:
             for r, response in zip(records, responses, strict=True):
                 f.write(json.dumps({"id": r.record_id, "response": response}) + "\n")
         start = time.perf_counter()
-        report = score(records, read_predictions(path), ScoreOptions("L3", "answer-free", "qwen25"))
+        report = score(records, read_predictions(path), ScoreOptions(L3, ANSWER_FREE, "qwen25"))
         took = time.perf_counter() - start
         size = path.stat().st_size
     print(json.dumps({"bench": "score_hostile", "lines": len(responses), "megabytes": round(size / 2**20, 1),

@@ -24,8 +24,10 @@ from bench_child import emit, run_child
 
 
 def _mixed_indices(ds, n: int) -> list[int]:
-    l1 = [i for i, lvl in enumerate(ds["level"]) if lvl == "L1"]
-    l3 = [i for i, lvl in enumerate(ds["level"]) if lvl == "L3"]
+    from gbtrain.vocabulary import L1, L3
+
+    l1 = [i for i, lvl in enumerate(ds["level"]) if lvl == L1]
+    l3 = [i for i, lvl in enumerate(ds["level"]) if lvl == L3]
     out: list[int] = []
     while len(out) < n and (l1 or l3):
         if l3:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
@@ -72,3 +74,43 @@ def run_script(tmp_path, source: str, timeout: int = 600):
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     return json.loads(lines[-1][len("RESULT "):])
+
+
+class ChatEndpoint:
+    """A real HTTP server speaking the OpenAI chat API on 127.0.0.1 (`url`; stop it with `server.shutdown()`).
+    `answer(model, n)` decides the n-th request (1-based, counted per requested model name): (200, reply text or
+    None for no content), or (an error status, the error's message)."""
+
+    def __init__(self, answer: Callable[[str, int], tuple[int, str | None]]):
+        import http.server
+        import json
+        import threading
+        from collections import Counter
+
+        counts: Counter = Counter()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                model = body.get("model", "")
+                counts[model] += 1
+                status, text = answer(model, counts[model])
+                if status != 200:
+                    doc = {"error": {"message": text, "type": "invalid_request_error"}}
+                else:
+                    doc = {"id": "x", "object": "chat.completion", "created": 0, "model": model,
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text}}]}
+                data = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"

@@ -143,3 +143,50 @@ def test_credentials_in_a_url_never_reach_a_report():
     assert "sk-secret" not in judge_from_spec(spec).name  # the name goes into every report
     assert without_credentials("https://user:sk-secret@example.org/v1") == "https://example.org/v1"
     assert without_credentials("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
+
+
+def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monkeypatch):
+    """BACKENDS is the one list: a class registered there is a `--backend` choice, a spec kind of make_backend and
+    what the evaluator opens, with nothing else edited."""
+    import argparse
+
+    from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
+
+    from gbtrain import backends
+    from gbtrain.cli import add_model_arguments
+    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+
+    class EchoBackend(backends.RegisteredBackend):
+        """Answers every conversation with "[]" and remembers how many it was asked."""
+
+        name, usage, loads_model = "echo", "echo:MODEL", False
+
+        def __init__(self, model: str, budget: PixelBudget):
+            self.model, self.budget, self.asked = model, budget, 0
+
+        @classmethod
+        def from_options(cls, model, options):
+            return cls(model, options.budget)
+
+        def chat(self, conversations, sampling):
+            self.asked += len(conversations)
+            return ["[]"] * len(conversations)
+
+        def close(self):
+            pass
+
+    monkeypatch.setitem(backends.BACKENDS, "echo", EchoBackend)
+    ap = argparse.ArgumentParser()
+    add_model_arguments(ap)
+    assert ap.parse_args(["--backend", "echo"]).backend == "echo"
+    made = backends.make_backend("echo:some-model", budget=BUDGET)
+    assert isinstance(made, EchoBackend) and made.model == "some-model" and made.budget == BUDGET
+    with pytest.raises(ValueError, match=r"choose vllm, hf, openai or echo"):
+        backends.make_backend("tgi:m")
+    out = tmp_path / "ev"
+    report = evaluate_checkpoint(EvalRun(model="m", data=str(synth_dir), out=str(out), backend="echo", settings="L1-af",
+                                         limit=2, coords="qwen25", overlays=0, min_pixels=TEST_MIN_PIXELS,
+                                         max_pixels=TEST_MAX_PIXELS), progress=False)
+    assert report["meta"]["backend"] == "echo" and report["settings"]["L1-af"]["n_records"] == 2
+    lines = [json.loads(ln) for ln in (out / "predictions" / "L1-af.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and {(ln["backend"], ln["response"]) for ln in lines} == {("echo", "[]")}

@@ -34,7 +34,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
+from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = "gbtrain-escape-probe"  # no file of this name may appear in /tmp
@@ -452,21 +451,15 @@ def score_cases() -> list[Case]:
         Case("hostile-1e999999999-answer", SCORE, score_args(mode="answer-free"), code=0, limit_s=2,
              check=report_has("out/report.json", coverage__unparsable=0, judge_replies__asked=lambda n: n >= 1),
              setup=predictions(items_with(0, answer='"1e999999999"'), items_with(1, answer="1e999999999"))),
-        Case("hostile-401-digit-box", SCORE, score_args(), code=0, limit_s=2,
-             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
-             setup=predictions(items_with(0, bbox_2d="[" + "9" * 401 + ", 0, 5, 5]"))),
-        Case("hostile-1e999-box", SCORE, score_args(), code=0, limit_s=2,
-             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
-             setup=predictions(items_with(0, bbox_2d="[1e999, 0, 5, 5]"))),
-        Case("hostile-nan-box", SCORE, score_args(), code=0,
-             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
-             setup=predictions(items_with(0, bbox_2d="[NaN, NaN, 5, 5]"))),
-        Case("hostile-infinity-box", SCORE, score_args(), code=0,
-             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
-             setup=predictions(items_with(0, bbox_2d="[-Infinity, 0, Infinity, 5]"))),
-        Case("hostile-string-box", SCORE, score_args(), code=0,
-             check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
-             setup=predictions(items_with(0, bbox_2d='["a", "b", "c", "d"]'))),
+        # a box no pixel can be: the item counts as having no valid box (name, bbox_2d, time limit)
+        *[Case(f"hostile-{name}-box", SCORE, score_args(), code=0, limit_s=limit_s,
+               check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
+               setup=predictions(items_with(0, bbox_2d=box)))
+          for name, box, limit_s in (("401-digit", "[" + "9" * 401 + ", 0, 5, 5]", 2),
+                                     ("1e999", "[1e999, 0, 5, 5]", 2),
+                                     ("nan", "[NaN, NaN, 5, 5]", 60.0),
+                                     ("infinity", "[-Infinity, 0, Infinity, 5]", 60.0),
+                                     ("string", '["a", "b", "c", "d"]', 60.0))],
         Case("hostile-wrong-types", SCORE, score_args(), code=0,
              check=report_has("out/report.json", localized=lambda v: v < 0.02),
              setup=predictions(items_with(0, bbox_2d="{}", text="[1]", answer="{}", correctness='"maybe"'))),
@@ -1213,48 +1206,13 @@ REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000
                      '"correctness": true}]', "surrogate": "\ud800[\udfff", "null": None}
 
 
-class Endpoint:
-    """A real HTTP server speaking the OpenAI chat API on 127.0.0.1; what it answers depends on the requested
-    model name: ok ("[]"), yes, refuse (400), refuse-second (400 to its second request), auth (401),
-    missing (404), huge, deep, bignum, surrogate (hostile REPLIES) and null (no content)."""
-
-    def __init__(self):
-        import http.server
-
-        counts: Counter = Counter()
-        replies = REPLIES
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                model = body.get("model", "")
-                counts[model] += 1
-                status, reply = 200, replies.get(model, "[]")
-                if model == "refuse" or (model == "refuse-second" and counts[model] == 2):
-                    status = 400
-                elif model == "auth":
-                    status = 401
-                elif model == "missing":
-                    status = 404
-                if status != 200:
-                    doc = {"error": {"message": f"refused ({status})", "type": "invalid_request_error"}}
-                else:
-                    doc = {"id": "x", "object": "chat.completion", "created": 0, "model": model,
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": reply}}]}
-                data = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+def answer_by_model(model: str, n: int) -> tuple[int, str | None]:
+    """What the fake endpoint answers depends on the requested model name: ok ("[]"), yes, refuse (400),
+    refuse-second (400 to its second request), auth (401), missing (404), huge, deep, bignum, surrogate (hostile
+    REPLIES) and null (no content)."""
+    status = 400 if model == "refuse" or (model == "refuse-second" and n == 2) else \
+        {"auth": 401, "missing": 404}.get(model, 200)
+    return (status, REPLIES.get(model, "[]")) if status == 200 else (status, f"refused ({status})")
 
 
 # ----------------------------------------------------------------------------------------------- running a case
@@ -1401,7 +1359,7 @@ FIXED_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PAR
 # ----------------------------------------------------------------------------------------------- fixtures and tests
 @pytest.fixture(scope="module")
 def endpoint():
-    server = Endpoint()
+    server = ChatEndpoint(answer_by_model)
     yield server
     server.server.shutdown()
 

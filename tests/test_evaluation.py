@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
+from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
 
 from gbtrain.evaluation import ALL_SETTINGS, default_budget, default_coords, merge_turns, parse_settings
 
@@ -261,44 +261,16 @@ def test_out_of_range_evaluation_options_are_refused(synth_dir, tmp_path, option
     assert not (tmp_path / "o").exists()
 
 
-class _RefusingEndpoint:
-    """A real HTTP server speaking the OpenAI chat API: it answers "[]", and refuses (400) the second request
-    it receives, as a content filter or an image-size limit would refuse one record."""
-
-    def __init__(self):
-        import http.server
-        import itertools
-        import threading
-
-        counter = itertools.count(1)
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                refused = next(counter) == 2
-                status, reply = (400, {"error": {"message": "image refused", "type": "invalid_request_error"}}) \
-                    if refused else (200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                           "choices": [{"index": 0, "finish_reason": "stop",
-                                                        "message": {"role": "assistant", "content": "[]"}}]})
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+def refuse_the_second(model: str, n: int) -> tuple[int, str]:
+    """An endpoint that answers "[]" and refuses (400) the second request it receives, as a content filter or an
+    image-size limit would refuse one record."""
+    return (400, "image refused") if n == 2 else (200, "[]")
 
 
 def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goes_on(synth_dir, tmp_path):
     from gbtrain.evaluation import EvalRun, evaluate_checkpoint
 
-    endpoint = _RefusingEndpoint()
+    endpoint = ChatEndpoint(refuse_the_second)
     try:
         run = EvalRun(model="m", data=str(synth_dir), out=str(tmp_path / "ev"), backend="openai",
                       base_url=endpoint.url, settings="L2-af", limit=3, coords="qwen25", overlays=0,

@@ -25,6 +25,7 @@ from gbtrain.converters.build import ImageFinder, PagePlanner, Plan
 from gbtrain.converters.mapping import FORMATS, ConvertMapping, load_mapping
 from gbtrain.converters.sources import SourcePage
 from gbtrain.synth.generate import PageOutput, write_page
+from gbtrain.vocabulary import L1, L2, L3
 
 __all__ = ["FORMATS", "REPORT", "ConvertMapping", "convert", "load_mapping", "read_export", "summary_lines"]
 
@@ -102,8 +103,8 @@ def _write(plan: Plan, out: Path, progress: bool) -> dict[str, int]:
         crops = [(record, _jpeg(image.crop((x, y, x + w, y + h)))) for record, (x, y, w, h) in page.l1]
         write_page(out, PageOutput(page.page_id, page.l3.subject, page.image.page_bytes(image), page.l3, page.l2,
                                     crops))
-    levels = {"L1": [r for p in plan.pages for r, _ in p.l1], "L2": [r for p in plan.pages for r in p.l2],
-              "L3": [p.l3 for p in plan.pages]}
+    levels = {L1: [r for p in plan.pages for r, _ in p.l1], L2: [r for p in plan.pages for r in p.l2],
+              L3: [p.l3 for p in plan.pages]}
     levels = {level: records for level, records in levels.items() if records}
     for level, records in levels.items():
         write_level(out, level, records)

@@ -37,6 +37,7 @@ from gbtrain.schema import (
     Record,
 )
 from gbtrain.synth.generate import L1_MARGIN
+from gbtrain.vocabulary import L1, L2, L3
 
 _ORIENTATION = 0x0112  # EXIF tag
 _SWAPS_SIDES = {5, 6, 7, 8}  # EXIF orientations that turn the image by 90 degrees
@@ -359,7 +360,7 @@ class PagePlanner:
         page_id = self._page_id(page)
         w, h = size
         rel = f"{safe_name(subject)}/{page_id}{image.suffix}"
-        plan = PagePlan(page_id, image, Record(page_id, "L3", subject, rel, w, h, answers), [], [])
+        plan = PagePlan(page_id, image, Record(page_id, L3, subject, rel, w, h, answers), [], [])
         questions: dict[str, tuple[list[Mark], list[_Region]]] = {}
         for mark in answers:
             questions.setdefault(_parent(mark), ([], []))[0].append(mark)
@@ -377,7 +378,7 @@ class PagePlanner:
         for k, (qid, (marks, qregions)) in enumerate(sorted(questions.items(), key=lambda kv: top_left(kv[1]))):
             context = [Mark(points=r.points, label=CONTEXT, raw_label=CONTEXT, mark_id=qid, question_id=qid,
                             stage=r.stage) for r in qregions]
-            plan.l2.append(Record(f"{page_id}_{k}", "L2", subject, rel, w, h, [*marks, *context]))
+            plan.l2.append(Record(f"{page_id}_{k}", L2, subject, rel, w, h, [*marks, *context]))
             plan.l1.append(_crop(page_id, qid, subject, marks, [r.box for r in qregions], size))
         return plan
 
@@ -394,5 +395,5 @@ def _crop(page_id: str, qid: str, subject: str, marks: list[Mark], regions: list
                     raw_label=mk.raw_label, mark_id=mk.mark_id, hand=mk.hand, std=mk.std,
                     question_type=mk.question_type, content_format=mk.content_format, stage=mk.stage) for mk in marks]
     name = f"{page_id}_q{safe_name(qid)}"
-    record = Record(name, "L1", subject, f"{safe_name(subject)}/{name}.jpg", cw, ch, shifted, page=page_id)
+    record = Record(name, L1, subject, f"{safe_name(subject)}/{name}.jpg", cw, ch, shifted, page=page_id)
     return record, (cx, cy, cw, ch)

@@ -22,6 +22,7 @@ from gbtrain.schema import LABEL_ALIASES, STAGES, SUBJECTS, Box, Mark, Record
 from gbtrain.synth import artifacts
 from gbtrain.synth.banks import make_question
 from gbtrain.synth.render import DrawnQuestion, question_mix, render_clean_page
+from gbtrain.vocabulary import L1, L2, L3
 
 MIN_WRONG_SHARE = 0.10
 MIN_ANSWERS_PER_PAGE = 5
@@ -130,7 +131,7 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
         context = Mark(points=_poly(qbox), label="question", raw_label="question", mark_id=str(q.number),
                        question_id=str(q.number), stage=stage, content_format=q.question.content_format,
                        question_type=q.question.parts[0].qtype)
-        l2.append(Record(f"{page_id}_{k}", "L2", subject, rel, w, hh, [*answers, context]))
+        l2.append(Record(f"{page_id}_{k}", L2, subject, rel, w, hh, [*answers, context]))
         crop = qbox.expand(L1_MARGIN * w, w, hh)
         cx, cy = round(crop.x1), round(crop.y1)
         cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
@@ -140,19 +141,19 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
                    for m in answers]
         buf = io.BytesIO()
         page_image.crop((cx, cy, cx + cw, cy + ch)).save(buf, format="JPEG", quality=92)
-        l1.append((Record(f"{page_id}_q{q.number}", "L1", subject, f"{subject}/{page_id}_q{q.number}.jpg",
+        l1.append((Record(f"{page_id}_q{q.number}", L1, subject, f"{subject}/{page_id}_q{q.number}.jpg",
                           cw, ch, shifted, page=page_id), buf.getvalue()))
-    l3 = Record(page_id, "L3", subject, rel, w, hh, all_marks)
+    l3 = Record(page_id, L3, subject, rel, w, hh, all_marks)
     return PageOutput(page_id, subject, page_jpeg, l3, l2, l1)
 
 
 def write_page(out: Path, page: PageOutput) -> None:
     """Write one page's images (L3 page, L2 alias, L1 crops) into a dataset folder: the synthetic generator and
     the converters write pages the same way."""
-    l3_path = out / "images" / "L3" / page.l3.image
+    l3_path = out / "images" / L3 / page.l3.image
     l3_path.parent.mkdir(parents=True, exist_ok=True)
     l3_path.write_bytes(page.jpeg)
-    l2_path = out / "images" / "L2" / page.l3.image
+    l2_path = out / "images" / L2 / page.l3.image
     l2_path.parent.mkdir(parents=True, exist_ok=True)
     l2_path.unlink(missing_ok=True)
     try:  # the L2 page is the L3 page: link rather than store it twice
@@ -160,7 +161,7 @@ def write_page(out: Path, page: PageOutput) -> None:
     except OSError:
         shutil.copyfile(l3_path, l2_path)
     for rec, data in page.l1:
-        p = out / "images" / "L1" / rec.image
+        p = out / "images" / L1 / rec.image
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
 
@@ -188,9 +189,9 @@ def generate_dataset(out: str | Path, pages: int, seed: int = 0, options: SynthO
     else:
         results = [_job(j) for j in tqdm(jobs, desc="pages", disable=not progress)]
     levels = {
-        "L1": [r for p in results for r, _ in p.l1],
-        "L2": [r for p in results for r in p.l2],
-        "L3": [p.l3 for p in results],
+        L1: [r for p in results for r, _ in p.l1],
+        L2: [r for p in results for r in p.l2],
+        L3: [p.l3 for p in results],
     }
     for level, records in levels.items():
         write_level(out, level, records)
