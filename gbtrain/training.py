@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
 from gbtrain.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
@@ -81,8 +82,10 @@ class ThroughputMeter:
 class GradingSFTTrainer(SFTTrainer):
     """SFTTrainer with per-part learning rates and real-token throughput / MFU in the logs."""
 
-    def __init__(self, *args, gb_config: TrainConfig, meter: ThroughputMeter, eval_collator=None, **kwargs):
+    def __init__(self, *args, gb_config: TrainConfig, meter: ThroughputMeter, eval_collator=None,
+                 checkpoint_record: CheckpointRecord | None = None, **kwargs):
         self.gb_config = gb_config
+        self.checkpoint_record = checkpoint_record
         self.meter = meter
         self.eval_collator = eval_collator
         self.real_tokens_seen = 0
@@ -106,6 +109,14 @@ class GradingSFTTrainer(SFTTrainer):
             self.optimizer = optim_cls([{k: v for k, v in g.items() if k not in ("names", "part")} for g in groups],
                                        **optim_kwargs)
         return self.optimizer
+
+    def _save_checkpoint(self, model, trial):
+        """Every checkpoint-N carries the coords, budget and L2 margin it was trained with, so the evaluator (or a
+        checkpoint selection) reads them from the checkpoint itself, as it does from the final model."""
+        super()._save_checkpoint(model, trial)
+        if self.checkpoint_record is not None and self.is_world_process_zero():
+            folder = Path(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            write_checkpoint_record(folder, self.checkpoint_record)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
@@ -259,12 +270,15 @@ def train(cfg: TrainConfig) -> dict:
                                         rope_index=rope if cfg.packing else None, source=sources[split],
                                         seq_lens=cfg.attn_implementation == "flash_attention_2")
                  for split in ("train", "eval")}
+    coords = dataset_coords(cfg.dataset)  # the evaluator reads it, so a model trained otherwise is not misread
+    record = CheckpointRecord(coords, budget, dataset_l2_margin(cfg.dataset)) if coords else None
     n_llm = llm_parameter_count(model)
     meter = ThroughputMeter((6 if cfg.finetune == "full" else 4) * n_llm,
                             cfg.peak_tflops * 1e12 if torch.cuda.is_available() else 0.0)
     trainer = GradingSFTTrainer(model=model, args=args, train_dataset=train_ds,
                                 eval_dataset=eval_ds, data_collator=collators["train"], processing_class=processor,
-                                gb_config=cfg, meter=meter, eval_collator=collators["eval"])
+                                gb_config=cfg, meter=meter, eval_collator=collators["eval"],
+                                checkpoint_record=record)
     resume = last_checkpoint(cfg.output_dir) if cfg.resume else None
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
@@ -274,9 +288,8 @@ def train(cfg: TrainConfig) -> dict:
         summary["eval_loss"] = trainer.evaluate().get("eval_loss")
     if trainer.is_world_process_zero():
         processor.save_pretrained(cfg.output_dir)
-        coords = dataset_coords(cfg.dataset)
-        if coords:  # the evaluator reads it, so a model trained on another convention or budget is not misread
-            write_checkpoint_record(cfg.output_dir, CheckpointRecord(coords, budget, dataset_l2_margin(cfg.dataset)))
+        if record:
+            write_checkpoint_record(cfg.output_dir, record)
         Path(cfg.output_dir, "gbtrain_train_config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
         Path(cfg.output_dir, "train_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

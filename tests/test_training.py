@@ -53,6 +53,10 @@ def test_one_process(sft_dir, tiny_model_dir, tmp_path, budget):
     assert all(b - a > 100 for a, b in zip([0, *seen], seen, strict=False))
     assert AutoModelForImageTextToText.from_pretrained(out) is not None
     assert AutoProcessor.from_pretrained(out).image_processor.size.longest_edge == budget.max_pixels
+    # every checkpoint says what it was trained with, as the final model does (the evaluator reads it)
+    record = (out / "gbtrain_checkpoint.json").read_text()
+    assert json.loads(record)["max_pixels"] == budget.max_pixels
+    assert [(out / c / "gbtrain_checkpoint.json").read_text() for c in ("checkpoint-2", "checkpoint-4")] == [record] * 2
 
 
 @pytest.mark.slow
