@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.config import BuildConfig, load_config
 from gbtrain.sft_dataset import build_sft_dataset
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--config", help="YAML config (configs/data/*.yaml)")
     ap.add_argument("--data", help="GradingBench-layout folder (same as data=...)")
     ap.add_argument("--out", help="output folder (same as out=...)")

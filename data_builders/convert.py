@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.converters import FORMATS, convert, load_mapping, summary_lines
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--mapping", required=True, help="YAML mapping (configs/convert/example.yaml)")
     ap.add_argument("--export", required=True, help="the export file (labelme: a folder of JSON files, or one)")
     ap.add_argument("--out", required=True, help="output folder (GradingBench layout)")

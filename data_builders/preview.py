@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.preview import preview, summary_lines
 from gbtrain.vocabulary import LEVELS
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--data", required=True, help="GradingBench-layout folder")
     ap.add_argument("--out", required=True, help="folder for the drawn pages and summary.json")
     ap.add_argument("--pages", type=int, default=8, help="records to draw (spread over the level)")

@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.synth.generate import SynthOptions, generate_dataset
 
 RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
@@ -30,7 +30,7 @@ def check_out(out: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--out", required=True, help="output folder (GradingBench layout)")
     ap.add_argument("--pages", type=int, default=700)
     ap.add_argument("--seed", type=int, default=0)

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.html_report import write_comparison_page
 from gbtrain.reports import METRICS, compare, compare_plot
 
@@ -47,7 +47,7 @@ def _output(out: str, inputs: tuple[str, ...]) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("base")
     ap.add_argument("sft")
     ap.add_argument("--out", required=True, help="Markdown file; the plot (.png) and the page (.html) go beside it")

@@ -13,19 +13,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.cli import add_model_arguments, user_errors
+from gbtrain.cli import HelpFormatter, add_model_arguments, user_errors
 from gbtrain.evaluation import EvalRun, evaluate_checkpoint
 from gbtrain.judges import JUDGES
 from gbtrain.reports import markdown
 from gbtrain.vocabulary import one_of
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--model", required=True, help="checkpoint folder or hub id (openai: the served model name)")
     ap.add_argument("--data", required=True, help="GradingBench-layout folder")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--settings", default="all")
+    ap.add_argument("--settings", default="all", help="all, or a list such as L1-af,L3-ab")
     ap.add_argument("--three-turn", action="store_true", help="also run the locate / solve / compare decomposition")
     ap.add_argument("--diagnostics", action="store_true", help="L1 localization/recognition/reasoning only")
     add_model_arguments(ap)
@@ -37,7 +37,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N records of each level")
     ap.add_argument("--overwrite", action="store_true", help="redo settings instead of resuming")
     ap.add_argument("--overlays", type=int, default=4, help="records drawn per L1/L3 setting")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     with user_errors("run_eval"):
         report = evaluate_checkpoint(EvalRun(**vars(args)))
     print(markdown(report))

@@ -17,7 +17,7 @@ import sys
 
 from gbtrain.annotations import load_level
 from gbtrain.backends import VLLMMemory, judge_from_spec
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.judges import JUDGES
 from gbtrain.scoring import ScoreOptions, read_predictions, score, write_report
@@ -25,7 +25,7 @@ from gbtrain.vocabulary import LEVELS, MODES, one_of
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--data", required=True)
     ap.add_argument("--level", required=True, choices=LEVELS)
     ap.add_argument("--mode", required=True, choices=MODES)

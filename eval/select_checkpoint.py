@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, add_model_arguments, user_errors
+from gbtrain.judges import JUDGES
 from gbtrain.selection import SelectRun, markdown, select_checkpoint
+from gbtrain.vocabulary import one_of
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--run", required=True, help="training output_dir (recipes/sft_qwen.py output_dir=...)")
     ap.add_argument("--data", required=True, help="GradingBench-layout folder (the training set's source)")
     ap.add_argument("--out", required=True)
@@ -35,25 +37,19 @@ def main() -> None:
     ap.add_argument("--base", default=None, help="LoRA runs: the base model (default: the one the run recorded)")
     ap.add_argument("--allow-other-base", action="store_true",
                     help="merge although --base is not the adapters' recorded base (same weights, other name)")
-    ap.add_argument("--backend", default="vllm", choices=("vllm", "hf"))
-    ap.add_argument("--judge", default="rule", help="rule, vllm:MODEL or openai:MODEL[@URL]")
-    ap.add_argument("--coords", default=None, help="default: the run's recorded convention")
-    ap.add_argument("--min-pixels", type=int, default=None, help="default: the run's recorded pixel budget")
-    ap.add_argument("--max-pixels", type=int, default=None)
+    add_model_arguments(ap)  # checkpoints are local models: vllm or hf
+    ap.add_argument("--judge", default="rule", help=one_of(k.usage for k in JUDGES.values()))
     ap.add_argument("--l2-margin", type=float, default=None, help="default: the run's training build's")
-    ap.add_argument("--max-tokens", type=int, default=8192)
-    ap.add_argument("--max-model-len", type=int, default=32768)
-    ap.add_argument("--tensor-parallel-size", type=int, default=1)
-    ap.add_argument("--data-parallel-size", type=int, default=1)
-    ap.add_argument("--kv-cache-gib", type=float, default=None, help="vllm: KV-cache size in GiB")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     ap.add_argument("--batch-size", type=int, default=256, help="records per backend call")
-    ap.add_argument("--hf-batch-size", type=int, default=8)
     ap.add_argument("--keep-merged", default="true", choices=("true", "false"),
                     help="keep LoRA checkpoints merged under OUT/merged (false: deleted after scoring)")
     ap.add_argument("--copy-best", default=None, help="copy (LoRA: merge) the best checkpoint into this folder")
     ap.add_argument("--overwrite", action="store_true", help="discard the earlier evaluations in --out and redo")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     with user_errors("select_checkpoint"):
         summary = select_checkpoint(SelectRun(**{**vars(args), "keep_merged": args.keep_merged == "true"}))
     print(markdown(summary))

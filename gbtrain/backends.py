@@ -90,6 +90,41 @@ def _jpeg_data_url(image) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def _backend_names() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+@dataclass(kw_only=True)
+class ModelOptions:
+    """The options of every tool that asks a checkpoint (eval/run_eval.py, eval/grade_pages.py,
+    eval/select_checkpoint.py): which backend, how its inputs are drawn, how its engine is sized. Defined once here;
+    each tool's options dataclass extends it and gbtrain.cli.add_model_arguments makes the flags from these fields
+    (help and choices in their metadata)."""
+
+    backend: str = field(default="vllm", metadata={"choices": _backend_names, "help": "what runs the model"})
+    coords: str | None = field(default=None, metadata={
+        "help": "default: the checkpoint's record, else its model_type or name"})
+    min_pixels: int | None = field(default=None, metadata={
+        "help": "default: the budget the recipe recorded in the checkpoint, else 50176"})
+    max_pixels: int | None = field(default=None, metadata={"help": "default: as --min-pixels, else 1724800"})
+    max_tokens: int = field(default=8192, metadata={"help": "most tokens generated per reply"})
+    max_model_len: int = field(default=32768, metadata={"help": "vllm: context length (prompt and reply)"})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per engine"})
+    data_parallel_size: int = field(default=1, metadata={"help": "vllm: independent engines, a share of each batch"})
+    kv_cache_gib: float | None = field(default=None, metadata={
+        "help": "vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; on a GPU: what "
+                "--gpu-memory-utilization leaves)"})
+    gpu_memory_utilization: float = field(default=0.9, metadata={
+        "help": "vllm on a GPU: share of the card the engine (and a vllm judge) may take"})
+    structured: bool = field(default=False, metadata={"help": "JSON-schema constrained output (single-turn)"})
+    base_url: str | None = field(default=None, metadata={
+        "help": "openai backend: endpoint (default $OPENAI_BASE_URL)"})
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata={
+        "help": "openai backend: variable holding the key"})
+    concurrency: int = field(default=8, metadata={"help": "openai backend: requests in flight"})
+    hf_batch_size: int = field(default=8, metadata={"help": "hf backend: sequences per generate call"})
+
+
 @dataclass(frozen=True)
 class VLLMMemory:
     """How much memory a vLLM engine may take; gbtrain sizes it instead of vLLM's node-wide defaults.

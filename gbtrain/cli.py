@@ -14,8 +14,9 @@ import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 
-from gbtrain.backends import BACKENDS, without_credentials
+from gbtrain.backends import ModelOptions, without_credentials
 
 USER_ERRORS = (ValueError, OSError)
 USAGE_ERROR = 2
@@ -55,23 +56,26 @@ def _close_progress_bars() -> None:
 
 
 def add_model_arguments(ap: argparse.ArgumentParser) -> None:
-    """The options of every tool that asks a checkpoint (eval/run_eval.py, eval/grade_pages.py): the backend,
-    how its inputs are drawn and how the engine is sized. Defaults are EvalRun's."""
-    ap.add_argument("--backend", default="vllm", choices=tuple(BACKENDS))
-    ap.add_argument("--coords", default=None, help="default: the checkpoint's record, else its model_type or name")
-    ap.add_argument("--min-pixels", type=int, default=None,
-                    help="default: the budget the recipe recorded in the checkpoint, else 50176")
-    ap.add_argument("--max-pixels", type=int, default=None, help="default: as --min-pixels, else 1724800")
-    ap.add_argument("--max-tokens", type=int, default=8192)
-    ap.add_argument("--max-model-len", type=int, default=32768)
-    ap.add_argument("--tensor-parallel-size", type=int, default=1)
-    ap.add_argument("--data-parallel-size", type=int, default=1)
-    ap.add_argument("--kv-cache-gib", type=float, default=None,
-                    help="vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; "
-                         "on a GPU: what --gpu-memory-utilization leaves)")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                    help="vllm on a GPU: share of the card the engine (and a vllm judge) may take")
-    ap.add_argument("--structured", action="store_true", help="JSON-schema constrained output (single-turn)")
-    ap.add_argument("--base-url", default=None, help="openai backend: endpoint (default $OPENAI_BASE_URL)")
-    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai backend: variable holding the key")
-    ap.add_argument("--concurrency", type=int, default=8, help="openai backend: requests in flight")
+    """The flags of backends.ModelOptions, one per field (its default, help and choices), so every tool that asks a
+    checkpoint offers the same options with the same defaults."""
+    types = {"int": int, "float": float, "str": str}
+    for f in fields(ModelOptions):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help")
+        if f.type == "bool":
+            ap.add_argument(flag, action="store_true", help=help_text)
+            continue
+        choices = f.metadata.get("choices")
+        ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=f.default, help=help_text,
+                        choices=choices() if choices else None)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Every entry script's --help: its docstring as written, and each option's default after its help (unless
+    the help already says what the default is, or there is none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or action.required:
+            return text
+        return super()._get_help_string(action)

@@ -26,6 +26,7 @@ from gbtrain.backends import (
     BACKENDS,
     Backend,
     BackendOptions,
+    ModelOptions,
     SamplingOptions,
     VLLMMemory,
     message,
@@ -362,8 +363,8 @@ GRADING_SCHEMA = {
 
 
 @dataclass
-class EvalRun:
-    """Everything one `eval/run_eval.py` call needs."""
+class EvalRun(ModelOptions):
+    """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these."""
 
     model: str
     data: str
@@ -371,27 +372,12 @@ class EvalRun:
     settings: str = "all"
     three_turn: bool = False
     diagnostics: bool = False
-    backend: str = "vllm"
     judge: str = "rule"
-    coords: str | None = None
-    min_pixels: int | None = None
-    max_pixels: int | None = None
     l2_margin: float | None = None  # None: the checkpoint's recorded margin, else the builder's default
-    max_tokens: int = 8192
-    max_model_len: int = 32768
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    kv_cache_gib: float | None = None  # vllm: KV cache size (None: see backends.VLLMMemory)
-    gpu_memory_utilization: float = 0.9  # vllm on a GPU: share of the card the engine may take
-    structured: bool = False
     batch_size: int = 256
     limit: int | None = None
     overwrite: bool = False
     overlays: int = 4  # records per setting drawn with boxes (single-turn L1 and L3 settings)
-    base_url: str | None = None  # openai backend
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 8
-    hf_batch_size: int = 8
 
 
 RUN_RECORD = "run.json"

@@ -35,7 +35,7 @@ from PIL import Image, ImageDraw, ImageOps
 from tqdm import tqdm
 
 from gbtrain import prompts
-from gbtrain.backends import SamplingOptions, message, without_credentials
+from gbtrain.backends import ModelOptions, SamplingOptions, message, without_credentials
 from gbtrain.config import overlapping
 from gbtrain.coords import PixelBudget
 from gbtrain.evaluation import (
@@ -69,31 +69,16 @@ AnswerKey = list[tuple[str, str | None]]
 
 
 @dataclass
-class GradeRun:
-    """Everything one `eval/grade_pages.py` call needs. The fields it shares with EvalRun mean the same there."""
+class GradeRun(ModelOptions):
+    """Everything one `eval/grade_pages.py` call needs: ModelOptions (how the model is asked) and these."""
 
     model: str
     pages: str
     out: str
     answer_key: str | None = None
-    backend: str = "vllm"
-    coords: str | None = None
-    min_pixels: int | None = None
-    max_pixels: int | None = None
     pdf_dpi: float = 200
-    max_tokens: int = 8192
-    max_model_len: int = 32768
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    kv_cache_gib: float | None = None
-    gpu_memory_utilization: float = 0.9
-    structured: bool = False
     batch_size: int = 16  # pages decoded, sent and written together (whole pages: keep it small)
     overwrite: bool = False
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 8
-    hf_batch_size: int = 8
 
     @property
     def mode(self) -> str:

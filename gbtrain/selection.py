@@ -28,11 +28,11 @@ import json
 import re
 import shutil
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from gbtrain.annotations import image_root, load_level, write_level
-from gbtrain.backends import without_credentials
+from gbtrain.backends import ModelOptions, without_credentials
 from gbtrain.cli import describe
 from gbtrain.config import identity_differences, overlapping, require_model
 from gbtrain.coords import CONVENTIONS, CheckpointRecord, read_checkpoint_record, write_checkpoint_record
@@ -61,8 +61,9 @@ _EVAL_FOLDER = re.compile(r"(checkpoint|final)-\d+")
 
 
 @dataclass
-class SelectRun:
-    """Everything one `eval/select_checkpoint.py` call needs. The model options are EvalRun's."""
+class SelectRun(ModelOptions):
+    """Everything one `eval/select_checkpoint.py` call needs: ModelOptions (how each checkpoint is asked; coords,
+    pixels and the L2 margin default to the run's record) and these."""
 
     run: str  # the recipe's output_dir
     data: str  # GradingBench-layout folder
@@ -73,20 +74,9 @@ class SelectRun:
     metric: str = "accuracy"  # accuracy: mean gated accuracy, ties by mean mAP; map: the reverse; then earlier step
     base: str | None = None  # LoRA: the base model (default: the one the run recorded)
     allow_other_base: bool = False
-    backend: str = "vllm"
     judge: str = "rule"
-    coords: str | None = None
-    min_pixels: int | None = None
-    max_pixels: int | None = None
     l2_margin: float | None = None
-    max_tokens: int = 8192
-    max_model_len: int = 32768
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    kv_cache_gib: float | None = None
-    gpu_memory_utilization: float = 0.9
     batch_size: int = 256
-    hf_batch_size: int = 8
     keep_merged: bool = True
     copy_best: str | None = None
     overwrite: bool = False
@@ -435,16 +425,14 @@ def _check_copy_target(dest: Path, inputs: dict[str, str]) -> None:
 def _eval_template(sel: SelectRun, record: CheckpointRecord | None) -> EvalRun:
     """The evaluation every checkpoint gets (model and out are set per checkpoint); the run's recorded coords, budget
     and margin unless the user set them."""
-    return EvalRun(
-        model="", data="", out="", settings=sel.settings, backend=sel.backend, judge=sel.judge,
-        coords=sel.coords or (record.coords if record else None),
-        min_pixels=sel.min_pixels if sel.min_pixels is not None else (record.budget.min_pixels if record else None),
-        max_pixels=sel.max_pixels if sel.max_pixels is not None else (record.budget.max_pixels if record else None),
-        l2_margin=sel.l2_margin if sel.l2_margin is not None else (record.l2_margin if record else None),
-        max_tokens=sel.max_tokens, max_model_len=sel.max_model_len, tensor_parallel_size=sel.tensor_parallel_size,
-        data_parallel_size=sel.data_parallel_size, kv_cache_gib=sel.kv_cache_gib,
-        gpu_memory_utilization=sel.gpu_memory_utilization, batch_size=sel.batch_size, limit=sel.limit,
-        hf_batch_size=sel.hf_batch_size)
+    asked = {f.name: getattr(sel, f.name) for f in fields(ModelOptions)}
+    if record:
+        asked["coords"] = sel.coords or record.coords
+        asked["min_pixels"] = sel.min_pixels if sel.min_pixels is not None else record.budget.min_pixels
+        asked["max_pixels"] = sel.max_pixels if sel.max_pixels is not None else record.budget.max_pixels
+    return EvalRun(**asked, model="", data="", out="", settings=sel.settings, judge=sel.judge,
+                   l2_margin=sel.l2_margin if sel.l2_margin is not None else (record.l2_margin if record else None),
+                   batch_size=sel.batch_size, limit=sel.limit)
 
 
 def check_select_run(sel: SelectRun) -> None:

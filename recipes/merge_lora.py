@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.merge import merge_lora
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--base", required=True, help="base model (hub id or folder) the adapter was trained on")
     ap.add_argument("--adapter", required=True, help="adapter folder (recipes/sft_qwen.py output_dir)")
     ap.add_argument("--out", required=True)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.probes import image_reliance
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True, help="a folder written by data_builders/build_sft.py")
     ap.add_argument("--split", default="validation")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from gbtrain.cli import user_errors
+from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.tiny_model import make_tiny_model
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--hidden", type=int, default=128, help="text hidden size (head_dim is 64)")
     ap.add_argument("--layers", type=int, default=2)
