@@ -14,12 +14,12 @@ import argparse
 import time
 
 from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.config import BuildConfig, load_config
+from gbtrain.config import BuildConfig, keys_epilog, load_config
 from gbtrain.sft_dataset import build_sft_dataset
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, epilog=keys_epilog(BuildConfig))
     ap.add_argument("--config", help="YAML config (configs/data/*.yaml)")
     ap.add_argument("--data", help="GradingBench-layout folder (same as data=...)")
     ap.add_argument("--out", help="output folder (same as out=...)")

@@ -138,6 +138,27 @@ def require_model(name: str, what: str = "model") -> None:
         raise FileNotFoundError(f"{what} not found: {name} (a folder, or a hub id like Qwen/Qwen2.5-VL-7B-Instruct)")
 
 
+def config_keys(schema: type | Any, prefix: str = "") -> dict[str, Any]:
+    """Every `key=value` key of a config dataclass (nested sections dotted: `lora.r`) with its default: what
+    `--help` lists and the README's key tables must cover (tests/test_config.py)."""
+    from dataclasses import MISSING, fields, is_dataclass
+
+    keys: dict[str, Any] = {}
+    for f in fields(schema):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if is_dataclass(default):
+            keys |= config_keys(default, f"{prefix}{f.name}.")
+        else:
+            keys[prefix + f.name] = default
+    return keys
+
+
+def keys_epilog(schema: type) -> str:
+    """`--help`'s list of a config's keys and defaults (??? = required)."""
+    return "config keys (key=value overrides; defaults):\n" + "\n".join(
+        f"  {key} = {default}" for key, default in config_keys(schema).items())
+
+
 def to_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 

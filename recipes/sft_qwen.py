@@ -18,12 +18,12 @@ import argparse
 import json
 
 from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.config import TrainConfig, load_config
+from gbtrain.config import TrainConfig, keys_epilog, load_config
 from gbtrain.training import train
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, epilog=keys_epilog(TrainConfig))
     ap.add_argument("--config", required=True, help="recipe YAML (configs/sft/*.yaml)")
     ap.add_argument("--resume", action="store_true", help="continue from the last checkpoint in output_dir")
     ap.add_argument("overrides", nargs="*", help="key=value config overrides")

@@ -1,8 +1,9 @@
+import re
 from pathlib import Path
 
 import pytest
 
-from gbtrain.config import BuildConfig, load_config
+from gbtrain.config import BuildConfig, TrainConfig, config_keys, load_config
 from gbtrain.coords import PixelBudget
 
 ROOT = Path(__file__).parents[1]
@@ -73,3 +74,20 @@ def test_every_shipped_data_config_passes_the_option_checks(path):
     from gbtrain.sft_dataset import _check_config
 
     _check_config(load_config(BuildConfig, path, ["data=d", "out=o"]))
+
+
+def readme_table_keys(heading: str) -> set[str]:
+    """The backticked keys in the first column of the README table that follows `heading`."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = text[text.index(heading):].split("\n\n")[1].splitlines()[2:]  # the table, past its header
+    return {key for row in rows for key in re.findall(r"`([^`]+)`", row.split("|")[1])}
+
+
+@pytest.mark.parametrize(("schema", "heading"),
+                         [(TrainConfig, "Recipe keys"), (BuildConfig, "Config keys (`configs/data")])
+def test_readme_key_tables_cover_exactly_the_config_keys(schema, heading):
+    """A key added, renamed or removed in the dataclass without its README row fails here (--help lists them)."""
+    keys = set(config_keys(schema))
+    documented = readme_table_keys(heading)
+    assert documented - keys == set(), "README rows for keys that do not exist"
+    assert keys - documented == set(), "keys without a README row"
