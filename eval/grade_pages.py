@@ -17,20 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.cli import HelpFormatter, add_model_arguments, user_errors
+from gbtrain.cli import HelpFormatter, add_options, user_errors
 from gbtrain.grading import GradeRun, grade_pages
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--model", required=True, help="checkpoint folder or hub id (openai: the served model name)")
-    ap.add_argument("--pages", required=True, help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--answer-key", default=None, help="YAML or JSON mapping question id -> reference answer")
-    add_model_arguments(ap)
-    ap.add_argument("--pdf-dpi", type=float, default=200, help="resolution PDF pages are rendered at (36-600)")
-    ap.add_argument("--batch-size", type=int, default=16, help="pages per backend call and written chunk")
-    ap.add_argument("--overwrite", action="store_true", help="regrade every page instead of resuming")
+    add_options(ap, GradeRun)  # every field of GradeRun is a flag, with its default and help
     return ap
 
 

@@ -13,30 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gbtrain.cli import HelpFormatter, add_model_arguments, user_errors
+from gbtrain.cli import HelpFormatter, add_options, user_errors
 from gbtrain.evaluation import EvalRun, evaluate_checkpoint
-from gbtrain.judges import JUDGES
 from gbtrain.reports import markdown
-from gbtrain.vocabulary import one_of
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--model", required=True, help="checkpoint folder or hub id (openai: the served model name)")
-    ap.add_argument("--data", required=True, help="GradingBench-layout folder")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--settings", default="all", help="all, or a list such as L1-af,L3-ab")
-    ap.add_argument("--three-turn", action="store_true", help="also run the locate / solve / compare decomposition")
-    ap.add_argument("--diagnostics", action="store_true", help="L1 localization/recognition/reasoning only")
-    add_model_arguments(ap)
-    ap.add_argument("--judge", default="rule", help=one_of(k.usage for k in JUDGES.values()))
-    ap.add_argument("--l2-margin", type=float, default=None,
-                    help="margin of L2 regions derived from answers (pages without question marks); default: the "
-                         "checkpoint's training build's, else 0.02")
-    ap.add_argument("--batch-size", type=int, default=256, help="records per backend call and flushed chunk")
-    ap.add_argument("--limit", type=int, default=None, help="first N records of each level")
-    ap.add_argument("--overwrite", action="store_true", help="redo settings instead of resuming")
-    ap.add_argument("--overlays", type=int, default=4, help="records drawn per L1/L3 setting")
+    add_options(ap, EvalRun)  # every field of EvalRun is a flag, with its default and help
     return ap
 
 

@@ -19,9 +19,9 @@ from gbtrain.annotations import load_level
 from gbtrain.backends import VLLMMemory, judge_from_spec
 from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.coords import CONVENTIONS, PixelBudget
-from gbtrain.judges import JUDGES
+from gbtrain.judges import judge_usage
 from gbtrain.scoring import ScoreOptions, read_predictions, score, write_report
-from gbtrain.vocabulary import LEVELS, MODES, one_of
+from gbtrain.vocabulary import LEVELS, MODES
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--coords", required=True, choices=CONVENTIONS, help="the convention the model was prompted with")
     ap.add_argument("--min-pixels", type=int, default=PixelBudget().min_pixels)
     ap.add_argument("--max-pixels", type=int, default=PixelBudget().max_pixels)
-    ap.add_argument("--judge", default="rule", help=one_of(k.usage for k in JUDGES.values()))
+    ap.add_argument("--judge", default="rule", help=judge_usage())
     ap.add_argument("--kv-cache-gib", type=float, default=None,
                     help="vllm judge: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm judge on a GPU")

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from gbtrain.config import option
 from gbtrain.coords import PixelBudget
 from gbtrain.judges import judge_from_spec as judge_from_spec  # re-exported: judges are named in judges.JUDGES
 from gbtrain.vocabulary import one_of
@@ -98,31 +99,25 @@ def _backend_names() -> tuple[str, ...]:
 class ModelOptions:
     """The options of every tool that asks a checkpoint (eval/run_eval.py, eval/grade_pages.py,
     eval/select_checkpoint.py): which backend, how its inputs are drawn, how its engine is sized. Defined once here;
-    each tool's options dataclass extends it and gbtrain.cli.add_model_arguments makes the flags from these fields
-    (help and choices in their metadata)."""
+    each tool's options dataclass extends it, and gbtrain.cli.add_options makes every flag from the fields."""
 
-    backend: str = field(default="vllm", metadata={"choices": _backend_names, "help": "what runs the model"})
-    coords: str | None = field(default=None, metadata={
-        "help": "default: the checkpoint's record, else its model_type or name"})
-    min_pixels: int | None = field(default=None, metadata={
-        "help": "default: the budget the recipe recorded in the checkpoint, else 50176"})
-    max_pixels: int | None = field(default=None, metadata={"help": "default: as --min-pixels, else 1724800"})
-    max_tokens: int = field(default=8192, metadata={"help": "most tokens generated per reply"})
-    max_model_len: int = field(default=32768, metadata={"help": "vllm: context length (prompt and reply)"})
-    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per engine"})
-    data_parallel_size: int = field(default=1, metadata={"help": "vllm: independent engines, a share of each batch"})
-    kv_cache_gib: float | None = field(default=None, metadata={
-        "help": "vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, 0.5-4 GiB; on a GPU: what "
-                "--gpu-memory-utilization leaves)"})
-    gpu_memory_utilization: float = field(default=0.9, metadata={
-        "help": "vllm on a GPU: share of the card the engine (and a vllm judge) may take"})
-    structured: bool = field(default=False, metadata={"help": "JSON-schema constrained output (single-turn)"})
-    base_url: str | None = field(default=None, metadata={
-        "help": "openai backend: endpoint (default $OPENAI_BASE_URL)"})
-    api_key_env: str = field(default="OPENAI_API_KEY", metadata={
-        "help": "openai backend: variable holding the key"})
-    concurrency: int = field(default=8, metadata={"help": "openai backend: requests in flight"})
-    hf_batch_size: int = field(default=8, metadata={"help": "hf backend: sequences per generate call"})
+    backend: str = option("vllm", "what runs the model", choices=_backend_names)
+    coords: str | None = option(None, "default: the checkpoint's record, else its model_type or name")
+    min_pixels: int | None = option(None, "default: the budget the recipe recorded in the checkpoint, else 50176")
+    max_pixels: int | None = option(None, "default: as --min-pixels, else 1724800")
+    max_tokens: int = option(8192, "most tokens generated per reply")
+    max_model_len: int = option(32768, "vllm: context length (prompt and reply)")
+    tensor_parallel_size: int = option(1, "vllm: GPUs per engine")
+    data_parallel_size: int = option(1, "vllm: independent engines, a share of each batch")
+    kv_cache_gib: float | None = option(None, "vllm: KV-cache size in GiB (default on CPU: a quarter of free memory, "
+                                              "0.5-4 GiB; on a GPU: what --gpu-memory-utilization leaves)")
+    gpu_memory_utilization: float = option(0.9, "vllm on a GPU: share of the card the engine (and a vllm judge) may "
+                                                "take")
+    structured: bool = option(False, "JSON-schema constrained output (single-turn)")
+    base_url: str | None = option(None, "openai backend: endpoint (default $OPENAI_BASE_URL)")
+    api_key_env: str = option("OPENAI_API_KEY", "openai backend: variable holding the key")
+    concurrency: int = option(8, "openai backend: requests in flight")
+    hf_batch_size: int = option(8, "hf backend: sequences per generate call")
 
 
 @dataclass(frozen=True)

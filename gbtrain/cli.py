@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 from gbtrain.backends import ModelOptions, without_credentials
 
@@ -55,19 +55,25 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def add_model_arguments(ap: argparse.ArgumentParser) -> None:
-    """The flags of backends.ModelOptions, one per field (its default, help and choices), so every tool that asks a
-    checkpoint offers the same options with the same defaults."""
+def add_options(ap: argparse.ArgumentParser, options: type) -> None:
+    """One flag per field of a tool's options dataclass (`--kebab-case`, its default, help and choices from
+    config.option): the required fields first, then the tool's own, then the ModelOptions it extends. A flag
+    defaulting to true comes with its --no- form."""
     types = {"int": int, "float": float, "str": str}
-    for f in fields(ModelOptions):
+    model_fields = {f.name for f in fields(ModelOptions)} if issubclass(options, ModelOptions) else set()
+    ordered = sorted(fields(options), key=lambda f: (f.default is not MISSING, f.name in model_fields))
+    for f in ordered:
         flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help")
-        if f.type == "bool":
-            ap.add_argument(flag, action="store_true", help=help_text)
-            continue
-        choices = f.metadata.get("choices")
-        ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=f.default, help=help_text,
-                        choices=choices() if choices else None)
+        help_text, choices = f.metadata.get("help") or None, f.metadata.get("choices")
+        help_text = help_text() if callable(help_text) else help_text
+        if f.default is MISSING:
+            ap.add_argument(flag, required=True, help=help_text)
+        elif f.type == "bool":
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction if f.default else "store_true",
+                            default=f.default, help=help_text)
+        else:
+            ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=f.default, help=help_text,
+                            choices=choices() if callable(choices) else choices)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -8,7 +8,8 @@ The ``vision`` section is the one min/max-pixels setting that builder, trainer a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,10 +139,17 @@ def require_model(name: str, what: str = "model") -> None:
         raise FileNotFoundError(f"{what} not found: {name} (a folder, or a hub id like Qwen/Qwen2.5-VL-7B-Instruct)")
 
 
+def option(default: Any = MISSING, help: str | Callable[[], str] = "",
+           choices: tuple | Callable[[], tuple] | None = None) -> Any:
+    """A tool option's dataclass field: its default, `--help` text and choices (callables are read when the parser
+    is built, so a registry's entries added later are offered), from which gbtrain.cli.add_options makes its flag."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
 def config_keys(schema: type | Any, prefix: str = "") -> dict[str, Any]:
     """Every `key=value` key of a config dataclass (nested sections dotted: `lora.r`) with its default: what
     `--help` lists and the README's key tables must cover (tests/test_config.py)."""
-    from dataclasses import MISSING, fields, is_dataclass
+    from dataclasses import fields, is_dataclass
 
     keys: dict[str, Any] = {}
     for f in fields(schema):

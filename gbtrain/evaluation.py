@@ -32,7 +32,7 @@ from gbtrain.backends import (
     message,
     without_credentials,
 )
-from gbtrain.config import below_minimum, identity_differences, overlapping, require_model
+from gbtrain.config import below_minimum, identity_differences, option, overlapping, require_model
 from gbtrain.conversations import prompt_inputs
 from gbtrain.coords import (
     CONVENTIONS,
@@ -42,7 +42,7 @@ from gbtrain.coords import (
     read_checkpoint_record,
     to_model,
 )
-from gbtrain.judges import Judge, judge_from_spec
+from gbtrain.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.parsing import parse_response
 from gbtrain.schema import Record
 from gbtrain.scoring import (
@@ -364,20 +364,22 @@ GRADING_SCHEMA = {
 
 @dataclass
 class EvalRun(ModelOptions):
-    """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these."""
+    """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these. Each field
+    is a flag of run_eval.py (gbtrain.cli.add_options)."""
 
-    model: str
-    data: str
-    out: str
-    settings: str = "all"
-    three_turn: bool = False
-    diagnostics: bool = False
-    judge: str = "rule"
-    l2_margin: float | None = None  # None: the checkpoint's recorded margin, else the builder's default
-    batch_size: int = 256
-    limit: int | None = None
-    overwrite: bool = False
-    overlays: int = 4  # records per setting drawn with boxes (single-turn L1 and L3 settings)
+    model: str = option(help="checkpoint folder or hub id (openai: the served model name)")
+    data: str = option(help="GradingBench-layout folder")
+    out: str = option(help="output folder (predictions, reports, overlays)")
+    settings: str = option("all", "all, or a list such as L1-af,L3-ab")
+    three_turn: bool = option(False, "also run the locate / solve / compare decomposition")
+    diagnostics: bool = option(False, "L1 localization/recognition/reasoning only")
+    judge: str = option("rule", judge_usage)
+    l2_margin: float | None = option(None, "margin of L2 regions derived from answers (pages without question "
+                                           "marks); default: the checkpoint's training build's, else 0.02")
+    batch_size: int = option(256, "records per backend call and flushed chunk")
+    limit: int | None = option(None, "first N records of each level")
+    overwrite: bool = option(False, "redo settings instead of resuming")
+    overlays: int = option(4, "records drawn per L1/L3 setting")
 
 
 RUN_RECORD = "run.json"

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from gbtrain import prompts
 from gbtrain.backends import ModelOptions, SamplingOptions, message, without_credentials
-from gbtrain.config import overlapping
+from gbtrain.config import option, overlapping
 from gbtrain.coords import PixelBudget
 from gbtrain.evaluation import (
     GRADING_SCHEMA,
@@ -70,15 +70,16 @@ AnswerKey = list[tuple[str, str | None]]
 
 @dataclass
 class GradeRun(ModelOptions):
-    """Everything one `eval/grade_pages.py` call needs: ModelOptions (how the model is asked) and these."""
+    """Everything one `eval/grade_pages.py` call needs: ModelOptions (how the model is asked) and these. Each
+    field is a flag of grade_pages.py (gbtrain.cli.add_options)."""
 
-    model: str
-    pages: str
-    out: str
-    answer_key: str | None = None
-    pdf_dpi: float = 200
-    batch_size: int = 16  # pages decoded, sent and written together (whole pages: keep it small)
-    overwrite: bool = False
+    model: str = option(help="checkpoint folder or hub id (openai: the served model name)")
+    pages: str = option(help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
+    out: str = option(help="output folder (per-page results, overlays, CSVs)")
+    answer_key: str | None = option(None, "YAML or JSON mapping question id -> reference answer")
+    pdf_dpi: float = option(200, "resolution PDF pages are rendered at (36-600)")
+    batch_size: int = option(16, "pages per backend call and written chunk (whole pages: keep it small)")
+    overwrite: bool = option(False, "regrade every page instead of resuming")
 
     @property
     def mode(self) -> str:

@@ -175,10 +175,15 @@ JUDGES: dict[str, JudgeKind] = {
 }
 
 
+def judge_usage() -> str:
+    """How --judge names each registered judge (its help text and its error)."""
+    return one_of(k.usage for k in JUDGES.values())
+
+
 def judge_from_spec(spec: str, memory=None) -> Judge:
     """The judge a `--judge` spec names (see JUDGES); `memory` (backends.VLLMMemory) sizes a vllm judge's engine."""
     kind, colon, target = spec.partition(":")
     entry = JUDGES.get(kind)
     if entry is None or bool(colon) != (":" in entry.usage) or (colon and not target):
-        raise ValueError(f"judge {spec!r} must be {one_of(k.usage for k in JUDGES.values())}")
+        raise ValueError(f"judge {spec!r} must be {judge_usage()}")
     return entry.make(spec, memory)

@@ -34,9 +34,10 @@ from pathlib import Path
 from gbtrain.annotations import image_root, load_level, write_level
 from gbtrain.backends import ModelOptions, without_credentials
 from gbtrain.cli import describe
-from gbtrain.config import identity_differences, overlapping, require_model
+from gbtrain.config import identity_differences, option, overlapping, require_model
 from gbtrain.coords import CONVENTIONS, CheckpointRecord, read_checkpoint_record, write_checkpoint_record
 from gbtrain.evaluation import EvalRun, FolderLock, check_run, evaluate_checkpoint, parse_settings
+from gbtrain.judges import judge_usage
 from gbtrain.schema import Record
 from gbtrain.sft_dataset import (
     dataset_coords,
@@ -63,23 +64,28 @@ _EVAL_FOLDER = re.compile(r"(checkpoint|final)-\d+")
 @dataclass
 class SelectRun(ModelOptions):
     """Everything one `eval/select_checkpoint.py` call needs: ModelOptions (how each checkpoint is asked; coords,
-    pixels and the L2 margin default to the run's record) and these."""
+    pixels and the L2 margin default to the run's record) and these. Each field is a flag of select_checkpoint.py
+    (gbtrain.cli.add_options)."""
 
-    run: str  # the recipe's output_dir
-    data: str  # GradingBench-layout folder
-    out: str
-    settings: str = "L1-af,L3-ab"
-    split: str = "validation"  # pages of --data the training build put in this split; "all": every record
-    limit: int | None = None
-    metric: str = "accuracy"  # accuracy: mean gated accuracy, ties by mean mAP; map: the reverse; then earlier step
-    base: str | None = None  # LoRA: the base model (default: the one the run recorded)
-    allow_other_base: bool = False
-    judge: str = "rule"
-    l2_margin: float | None = None
-    batch_size: int = 256
-    keep_merged: bool = True
-    copy_best: str | None = None
-    overwrite: bool = False
+    run: str = option(help="training output_dir (recipes/sft_qwen.py output_dir=...)")
+    data: str = option(help="GradingBench-layout folder (the training set's source)")
+    out: str = option(help="output folder (one evaluation per checkpoint, the table, the plot)")
+    settings: str = option("L1-af,L3-ab", "single-turn settings, e.g. L1-af,L2-ab,L3-af (or all)")
+    split: str = option("validation", "pages of --data the training build put in this split (all: a held-out "
+                                      "folder)", choices=SPLITS)
+    limit: int | None = option(None, "first N records of each level")
+    metric: str = option("accuracy", "accuracy: mean gated accuracy, ties by mean mAP; map: the reverse; then the "
+                                     "earlier step", choices=METRICS)
+    base: str | None = option(None, "LoRA runs: the base model (default: the one the run recorded)")
+    allow_other_base: bool = option(False, "merge although --base is not the adapters' recorded base (same weights, "
+                                           "other name)")
+    judge: str = option("rule", judge_usage)
+    l2_margin: float | None = option(None, "default: the run's training build's")
+    batch_size: int = option(256, "records per backend call")
+    keep_merged: bool = option(True, "keep LoRA checkpoints merged under OUT/merged (--no-keep-merged: deleted "
+                                     "after scoring)")
+    copy_best: str | None = option(None, "copy (LoRA: merge) the best checkpoint into this folder")
+    overwrite: bool = option(False, "discard the earlier evaluations in --out and redo")
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monke
     from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
 
     from gbtrain import backends
-    from gbtrain.cli import add_model_arguments
+    from gbtrain.cli import add_options
     from gbtrain.evaluation import EvalRun, evaluate_checkpoint
 
     class EchoBackend(backends.RegisteredBackend):
@@ -177,8 +177,8 @@ def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monke
 
     monkeypatch.setitem(backends.BACKENDS, "echo", EchoBackend)
     ap = argparse.ArgumentParser()
-    add_model_arguments(ap)
-    assert ap.parse_args(["--backend", "echo"]).backend == "echo"
+    add_options(ap, EvalRun)
+    assert ap.parse_args(["--model", "m", "--data", "d", "--out", "o", "--backend", "echo"]).backend == "echo"
     made = backends.make_backend("echo:some-model", budget=BUDGET)
     assert isinstance(made, EchoBackend) and made.model == "some-model" and made.budget == BUDGET
     with pytest.raises(ValueError, match=r"choose vllm, hf, openai or echo"):

@@ -31,8 +31,6 @@ def load_parser(script: str):
 def test_flags_are_the_fields_with_their_defaults(script):
     options, required = TOOLS[script]
     args = vars(load_parser(script).parse_args(required))
-    if "keep_merged" in args:  # a true/false choice on the command line
-        args["keep_merged"] = args["keep_merged"] == "true"
     assert set(args) == {f.name for f in dataclasses.fields(options)}
     assert options(**args) == options(**{k: v for k, v in args.items() if k in ("model", "run", "data", "pages",
                                                                                  "out")})

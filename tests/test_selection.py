@@ -207,7 +207,7 @@ def test_select_among_lora_checkpoints_the_recipe_saved(sft_dir, synth_dir, tiny
     shutil.copytree(synth_dir, data)
     out, best_dir = tmp_path / "select", tmp_path / "best"
     args = ("--run", run, "--data", data, "--out", out, "--backend", "hf", "--limit", 2, "--max-tokens", 24,
-            "--max-model-len", 4096, "--keep-merged", "false", "--copy-best", best_dir)
+            "--max-model-len", 4096, "--no-keep-merged", "--copy-best", best_dir)
     proc = _cli(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
