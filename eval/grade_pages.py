@@ -14,30 +14,23 @@ endpoint refuses is written with status "error". The next run tries both again.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from gbtrain.cli import HelpFormatter, add_options, user_errors
+from gbtrain.cli import parse_options, user_errors
 from gbtrain.grading import GradeRun, grade_pages
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_options(ap, GradeRun)  # every field of GradeRun is a flag, with its default and help
-    return ap
-
-
 def main() -> None:
-    args = parser().parse_args()
+    run = parse_options(GradeRun, __doc__)
     with user_errors("grade_pages"):
-        summary = grade_pages(GradeRun(**vars(args)))
+        summary = grade_pages(run)
     for bad in summary["unreadable"]:
         print(f"grade_pages: warning: {bad['error']} (skipped; the next run tries it again)", file=sys.stderr)
     print(f"graded {summary['graded_now']} pages now, {summary['pages']} in all: {summary['items']} items, "
           f"{summary['right']} judged right, {summary['wrong']} wrong, {summary['unjudged']} not judged; "
           f"{summary['unparsable']} unparsable replies, {summary['errors']} errors, "
           f"{len(summary['unreadable'])} unreadable pages skipped")
-    print(f"tables: {args.out}/grades.csv, {args.out}/totals.csv; per page: {args.out}/pages, {args.out}/overlays")
+    print(f"tables: {run.out}/grades.csv, {run.out}/totals.csv; per page: {run.out}/pages, {run.out}/overlays")
 
 
 if __name__ == "__main__":

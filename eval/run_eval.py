@@ -10,24 +10,17 @@ redoes). OUTDIR/report.json, report.md, plots/*.png and overlays/*.png are writt
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from gbtrain.cli import HelpFormatter, add_options, user_errors
+from gbtrain.cli import parse_options, user_errors
 from gbtrain.evaluation import EvalRun, evaluate_checkpoint
 from gbtrain.reports import markdown
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_options(ap, EvalRun)  # every field of EvalRun is a flag, with its default and help
-    return ap
-
-
 def main() -> None:
-    args = parser().parse_args()
+    run = parse_options(EvalRun, __doc__)
     with user_errors("run_eval"):
-        report = evaluate_checkpoint(EvalRun(**vars(args)))
+        report = evaluate_checkpoint(run)
     print(markdown(report))
     for name, rep in report["settings"].items():
         if rep["judge_replies"]["unclear"]:

@@ -14,23 +14,16 @@ with other inputs or settings is refused (--overwrite discards the earlier work)
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from gbtrain.cli import HelpFormatter, add_options, user_errors
+from gbtrain.cli import parse_options, user_errors
 from gbtrain.selection import SelectRun, markdown, select_checkpoint
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_options(ap, SelectRun)  # every field of SelectRun is a flag, with its default and help
-    return ap
-
-
 def main() -> None:
-    args = parser().parse_args()
+    sel = parse_options(SelectRun, __doc__)
     with user_errors("select_checkpoint"):
-        summary = select_checkpoint(SelectRun(**vars(args)))
+        summary = select_checkpoint(sel)
     print(markdown(summary))
     for row in summary["rows"]:
         if row["status"] != "ok":

@@ -15,9 +15,11 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
+from typing import TypeVar
 
 from gbtrain.backends import ModelOptions, without_credentials
 
+T = TypeVar("T")
 USER_ERRORS = (ValueError, OSError)
 USAGE_ERROR = 2
 
@@ -74,6 +76,13 @@ def add_options(ap: argparse.ArgumentParser, options: type) -> None:
         else:
             ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=f.default, help=help_text,
                             choices=choices() if callable(choices) else choices)
+
+
+def parse_options(options: type[T], description: str | None, argv: list[str] | None = None) -> T:
+    """A tool's options from its command line: one flag per field of its options dataclass (add_options)."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    add_options(ap, options)
+    return options(**vars(ap.parse_args(argv)))
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -1,8 +1,8 @@
 """The command lines of the tools that ask a checkpoint are made from their options dataclasses: every flag is a
 field, with the field's default, and --help shows each default."""
 
+import argparse
 import dataclasses
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gbtrain.backends import BACKENDS, ModelOptions
+from gbtrain.cli import add_options, parse_options
 from gbtrain.evaluation import EvalRun
 from gbtrain.grading import GradeRun
 from gbtrain.selection import SelectRun
@@ -20,27 +21,31 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "eval/select_checkpoint.py": (SelectRun, ["--run", "r", "--data", "d", "--out", "o"])}
 
 
-def load_parser(script: str):
-    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parser()
+def help_text(script: str) -> str:
+    shown = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
+                           check=True).stdout
+    return " ".join(shown.split())
 
 
 @pytest.mark.parametrize("script", TOOLS)
 def test_flags_are_the_fields_with_their_defaults(script):
     options, required = TOOLS[script]
-    args = vars(load_parser(script).parse_args(required))
+    ap = argparse.ArgumentParser()
+    add_options(ap, options)
+    args = vars(ap.parse_args(required))
     assert set(args) == {f.name for f in dataclasses.fields(options)}
-    assert options(**args) == options(**{k: v for k, v in args.items() if k in ("model", "run", "data", "pages",
-                                                                                 "out")})
-    model_flags = {f.name for f in dataclasses.fields(ModelOptions)}
-    assert model_flags <= set(args)  # every tool offers every model option
+    assert {f.name for f in dataclasses.fields(ModelOptions)} <= set(args)  # every tool offers every model option
+    given = {k: v for k, v in args.items() if k in ("model", "run", "data", "pages", "out")}
+    assert parse_options(options, None, required) == options(**given)  # defaults: the dataclass's own
+    shown = help_text(script)  # the script's --help lists every field's flag
+    assert all("--" + f.name.replace("_", "-") in shown for f in dataclasses.fields(options))
 
 
-def test_help_shows_each_default_and_the_registered_backends():
-    shown = subprocess.run([sys.executable, str(ROOT / "eval/run_eval.py"), "--help"], capture_output=True,
-                           text=True, check=True).stdout
+def test_help_shows_each_default_the_registered_backends_and_no_forms():
+    shown = help_text("eval/run_eval.py")
     assert "{" + ",".join(BACKENDS) + "}" in shown
     for default in ("(default: 8192)", "(default: 32768)", "(default: vllm)", "(default: 256)", "(default: rule)"):
-        assert default in " ".join(shown.split()), default
+        assert default in shown, default
+    assert "--keep-merged, --no-keep-merged" in help_text("eval/select_checkpoint.py")
+    assert parse_options(SelectRun, None, [*TOOLS["eval/select_checkpoint.py"][1], "--no-keep-merged"]).keep_merged \
+        is False
