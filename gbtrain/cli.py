@@ -57,32 +57,60 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def add_options(ap: argparse.ArgumentParser, options: type) -> None:
+def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | None = None) -> None:
     """One flag per field of a tool's options dataclass (`--kebab-case`, its default, help and choices from
-    config.option): the required fields first, then the tool's own, then the ModelOptions it extends. A flag
-    defaulting to true comes with its --no- form."""
+    config.option): the required fields first, then the tool's own, then the ModelOptions it extends. `defaults`
+    (a --config file's values) replace the fields' own and make a required flag optional. A flag defaulting to
+    true comes with its --no- form."""
     types = {"int": int, "float": float, "str": str}
+    defaults = defaults or {}
     model_fields = {f.name for f in fields(ModelOptions)} if issubclass(options, ModelOptions) else set()
     ordered = sorted(fields(options), key=lambda f: (f.default is not MISSING, f.name in model_fields))
     for f in ordered:
         flag = "--" + f.name.replace("_", "-")
+        default = defaults.get(f.name, f.default)
         help_text, choices = f.metadata.get("help") or None, f.metadata.get("choices")
         help_text = help_text() if callable(help_text) else help_text
-        if f.default is MISSING:
+        choices = choices() if callable(choices) else choices
+        if choices and default is not MISSING and default not in choices:
+            ap.error(f"{f.name}: {default!r} is not one of {', '.join(map(str, choices))}")
+        if default is MISSING:
             ap.add_argument(flag, required=True, help=help_text)
         elif f.type == "bool":
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction if f.default else "store_true",
-                            default=f.default, help=help_text)
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction if default else "store_true",
+                            default=default, help=help_text)
         else:
-            ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=f.default, help=help_text,
-                            choices=choices() if callable(choices) else choices)
+            ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=default, help=help_text,
+                            choices=choices)
 
 
 def parse_options(options: type[T], description: str | None, argv: list[str] | None = None) -> T:
-    """A tool's options from its command line: one flag per field of its options dataclass (add_options)."""
+    """A tool's options: its dataclass's defaults, then a `--config FILE.yaml` of field names (configs/eval/), then
+    the flags given (add_options). A bad config file is one usage error naming it (exit 2)."""
     ap = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
-    add_options(ap, options)
-    return options(**vars(ap.parse_args(argv)))
+    ap.add_argument("--config", help="YAML file of these options (keys: the flags' names with _ for -); flags "
+                                     "given too override it")
+    pre = argparse.ArgumentParser(add_help=False)  # the config first: its values are the flags' defaults
+    pre.add_argument("--config")
+    config = pre.parse_known_args(argv)[0].config
+    defaults: dict = {}
+    if config:
+        from omegaconf import OmegaConf
+
+        from gbtrain.config import load_yaml
+
+        try:
+            defaults = OmegaConf.to_container(load_yaml(config))
+        except (ValueError, OSError) as e:
+            ap.error(describe(e))
+        unknown = sorted(set(defaults) - {f.name for f in fields(options)})
+        if unknown:
+            ap.error(f"--config {config}: unknown key(s) {', '.join(map(str, unknown))} (keys are the flags' names "
+                     f"with _ for -: see --help)")
+    add_options(ap, options, defaults)
+    values = vars(ap.parse_args(argv))
+    values.pop("config")
+    return options(**values)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -3,6 +3,7 @@ field, with the field's default, and --help shows each default."""
 
 import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,36 @@ def test_help_shows_each_default_the_registered_backends_and_no_forms():
     assert "--keep-merged, --no-keep-merged" in help_text("eval/select_checkpoint.py")
     assert parse_options(SelectRun, None, [*TOOLS["eval/select_checkpoint.py"][1], "--no-keep-merged"]).keep_merged \
         is False
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs/eval").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_eval_configs_parse_and_flags_override_them(config):
+    run = parse_options(EvalRun, None, ["--config", str(config), *TOOLS["eval/run_eval.py"][1]])
+    header = config.read_text(encoding="utf-8").split("\n\n")[0]
+    assert "python eval/run_eval.py --config configs/eval/" + config.name in header  # the launch command
+    assert parse_options(EvalRun, None, ["--config", str(config), "--model", "m", "--data", "d", "--out", "o",
+                                         "--max-tokens", "7"]).max_tokens == 7
+    assert run != EvalRun(model="m", data="d", out="o")  # the file changed something
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("bogus: 1\n", r"unknown key\(s\) bogus"),
+    ("backend: tgi\n", r"backend: 'tgi' is not one of vllm, hf, openai"),
+    ("- a list\n", r"must be a mapping"),
+    ("max_tokens: [1\n", r"bad config"),
+])
+def test_a_bad_config_is_one_usage_error_naming_it(tmp_path, capsys, text, message):
+    path = tmp_path / "eval.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SystemExit) as stop:
+        parse_options(EvalRun, None, ["--config", str(path), *TOOLS["eval/run_eval.py"][1]])
+    assert stop.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(message, last), last
+
+
+def test_a_config_can_give_the_required_options(tmp_path):
+    path = tmp_path / "eval.yaml"
+    path.write_text("model: m\ndata: d\nout: o\nthree_turn: true\n", encoding="utf-8")
+    run = parse_options(EvalRun, None, ["--config", str(path), "--no-three-turn"])
+    assert (run.model, run.out, run.three_turn) == ("m", "o", False)
