@@ -1,17 +1,23 @@
 """The README's commands as a user runs them: subprocesses with a clean environment (PATH and HOME only),
 in order: synthetic pages, a tiny model, SFT conversations, a few training steps through `accelerate
-launch`, vLLM evaluation of the base and the fine-tuned model, scoring one setting, and the gains table.
+launch`, vLLM evaluation of the base and the fine-tuned model, scoring one setting, and the gains table; and the
+path from a Label Studio export to graded new pages (convert, preview, build, train, select, grade).
 No vLLM, hub or thread variable is set, and the test process holds a few GiB of memory while vLLM starts,
 as a user's other programs would."""
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from labelstudio_export import labelstudio_export
+
+from gbtrain.annotations import load_dataset, load_level
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -69,3 +75,78 @@ def test_readme_commands_in_a_clean_environment(tmp_path):
     run(["python", "eval/compare.py", tmp_path / "eval-base" / "report.json", tmp_path / "eval-sft" / "report.json",
          "--out", tmp_path / "gains.md"], env)
     assert "| L1-af |" in (tmp_path / "gains.md").read_text()
+
+
+def _pages(data: Path) -> list[tuple]:
+    """The L3 truth of a folder as the strict reader reads it: each page and every answer mark's fields."""
+    return [(r.record_id, r.subject, r.image, r.width, r.height,
+             [(m.mark_id, m.label, m.box.as_list(), m.hand, m.std, m.question_type, m.content_format, m.stage)
+              for m in r.marks]) for r in load_level(data, "L3").records]
+
+
+@pytest.mark.slow
+def test_label_studio_export_to_graded_pages(tmp_path):
+    """README's "Your own exams" path, worked end to end: a Label Studio export of synthetic pages is converted,
+    previewed, built into conversations, trained for four steps (two checkpoints), the checkpoints are scored on
+    the validation pages and the best one grades two new pages."""
+    env = user_env(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    synth, model, data = tmp_path / "synth", tmp_path / "base-model", tmp_path / "mydata"
+    run(["python", "data_builders/synth_pages.py", "--out", synth, "--pages", 8, "--seed", 0], env)
+    run(["python", "scripts/make_tiny_model.py", "--out", model], env)
+    export = labelstudio_export(synth, tmp_path / "export.json")
+    printed = run(["python", "data_builders/convert.py", "--mapping", "configs/convert/example.yaml", "--export",
+                   export, "--images", synth / "images" / "L3", "--out", data, "fields.content_format=format"], env)
+    assert "converted 8 of 8 pages (labelstudio)" in printed and "unmappable items left out: 0" in printed
+    assert _pages(data) == _pages(synth)  # the page truth survives Label Studio's percent coordinates
+    counts = {level: len(lv.records) for level, lv in load_dataset(data).items()}
+    assert counts == {level: len(lv.records) for level, lv in load_dataset(synth).items()}  # a crop per question
+
+    printed = run(["python", "data_builders/preview.py", "--data", data, "--out", tmp_path / "preview", "--pages", 3],
+                  env)
+    groups = sum(len(r.groups) for r in load_level(data, "L3").records)
+    assert f"L3: 8 records, {groups} answer groups, " in printed and "drew 3 L3 records" in printed
+    assert "problems found by the reader: 0" in printed and "left out by the conversion: 0 items" in printed
+    summary = json.loads((tmp_path / "preview" / "summary.json").read_text())
+    assert {level: s["records"] for level, s in summary["levels"].items()} == counts
+    assert len(list((tmp_path / "preview").glob("*.png"))) == 3
+
+    sft, trained = tmp_path / "sft", tmp_path / "sft-run"
+    run(["python", "data_builders/build_sft.py", "--data", data, "--out", sft, "--config", "configs/data/default.yaml",
+         f"tokenizer={model}", "target_count=40", "vision.min_pixels=3136", "vision.max_pixels=50176",
+         "max_length=2048", "coords=rel1000", "validation_share=0.2"], env)
+    run(["accelerate", "launch", "--num_processes", 1, "--cpu", "recipes/sft_qwen.py", "--config",
+         "configs/sft/tiny_cpu.yaml", f"model={model}", f"dataset={sft}", f"output_dir={trained}", "max_steps=4",
+         "save_steps=2", "eval_steps=2", "pack_tokens=2048", "max_length=2048", "limit_eval_samples=4",
+         "report_to=[]"], env)
+    checkpoints = sorted(p.name for p in trained.glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-2", "checkpoint-4"]
+    assert all((trained / c / "gbtrain_checkpoint.json").is_file() for c in checkpoints)
+
+    best = tmp_path / "best"
+    printed = run(["python", "eval/select_checkpoint.py", "--run", trained, "--data", data, "--out",
+                   tmp_path / "select", "--backend", "hf", "--limit", 1, "--max-tokens", 24, "--copy-best", best], env)
+    with open(tmp_path / "select" / "selection.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["checkpoint"], r["status"]) for r in rows] == [(c, "ok") for c in checkpoints]
+    chosen = json.loads((tmp_path / "select" / "selection.json").read_text())["best"]["checkpoint"]
+    assert chosen in checkpoints and f"best: {chosen} (step" in printed
+    assert (best / "gbtrain_checkpoint.json").read_text() == (trained / chosen / "gbtrain_checkpoint.json").read_text()
+
+    scans = tmp_path / "scans"  # new pages, never annotated: only their images, in one flat folder
+    run(["python", "data_builders/synth_pages.py", "--out", tmp_path / "new", "--pages", 2, "--seed", 1], env)
+    scans.mkdir()
+    for image in (tmp_path / "new" / "images" / "L3").rglob("*.jpg"):
+        shutil.copy(image, scans / f"new-{image.name}")
+    graded = tmp_path / "graded"
+    printed = run(["python", "eval/grade_pages.py", "--model", best, "--pages", scans, "--out", graded, "--backend",
+                   "hf", "--max-tokens", 64], env)
+    assert "graded 2 pages now, 2 in all" in printed
+    names = sorted(p.name for p in scans.iterdir())
+    with open(graded / "totals.csv", newline="") as f:
+        assert sorted(r["page"] for r in csv.DictReader(f)) == names
+    with open(graded / "grades.csv", newline="") as f:
+        items = list(csv.DictReader(f))
+    summary = json.loads((graded / "summary.json").read_text())
+    assert summary["pages"] == 2 and summary["items"] == len(items) and {r["page"] for r in items} <= set(names)
+    assert sorted(p.name for p in (graded / "overlays").iterdir()) == [f"{n}.png" for n in names]
