@@ -11,6 +11,7 @@ problem, every bad training option) keeps its list; any other multi-line message
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,11 +58,12 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | None = None) -> None:
+def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | None = None,
+                require: bool = True) -> None:
     """One flag per field of a tool's options dataclass (`--kebab-case`, its default, help and choices from
     config.option): the required fields first, then the tool's own, then the ModelOptions it extends. `defaults`
     (a --config file's values) replace the fields' own and make a required flag optional. A flag defaulting to
-    true comes with its --no- form."""
+    true comes with its --no- form (every flag does with require=False: the first pass of parse_options)."""
     types = {"int": int, "float": float, "str": str}
     defaults = defaults or {}
     model_fields = {f.name for f in fields(ModelOptions)} if issubclass(options, ModelOptions) else set()
@@ -75,9 +77,9 @@ def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | Non
         if choices and default is not MISSING and default not in choices:
             ap.error(f"{f.name}: {default!r} is not one of {', '.join(map(str, choices))}")
         if default is MISSING:
-            ap.add_argument(flag, required=True, help=help_text)
+            ap.add_argument(flag, required=require, help=help_text)
         elif f.type == "bool":
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction if default else "store_true",
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction if default or not require else "store_true",
                             default=default, help=help_text)
         else:
             ap.add_argument(flag, type=types[f.type.split(" | ")[0]], default=default, help=help_text,
@@ -90,26 +92,36 @@ def parse_options(options: type[T], description: str | None, argv: list[str] | N
     ap = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     ap.add_argument("--config", help="YAML file of these options (keys: the flags' names with _ for -); flags "
                                      "given too override it")
-    pre = argparse.ArgumentParser(add_help=False)  # the config first: its values are the flags' defaults
-    pre.add_argument("--config")
-    config = pre.parse_known_args(argv)[0].config
+    ap.add_argument("overrides", nargs="*", metavar="key=value",
+                    help="options as the training and data-building tools take them (max_tokens=512)")
     defaults: dict = {}
-    if config:
-        from omegaconf import OmegaConf
+    if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):  # the dataclass's own defaults
+        add_options(ap, options)
+        ap.parse_args(argv)
+    pre = copy.deepcopy(ap)  # config and overrides first: they become the flags' defaults
+    add_options(pre, options, require=False)
+    known = pre.parse_args(argv)
+    from omegaconf import OmegaConf
 
-        from gbtrain.config import load_yaml
+    from gbtrain.config import load_yaml
 
-        try:
-            defaults = OmegaConf.to_container(load_yaml(config))
-        except (ValueError, OSError) as e:
-            ap.error(describe(e))
-        unknown = sorted(set(defaults) - {f.name for f in fields(options)})
-        if unknown:
-            ap.error(f"--config {config}: unknown key(s) {', '.join(map(str, unknown))} (keys are the flags' names "
-                     f"with _ for -: see --help)")
+    try:
+        if known.config:
+            defaults = OmegaConf.to_container(load_yaml(known.config))
+        bad = [o for o in known.overrides if "=" not in o]
+        if bad:
+            raise ValueError(f"{bad[0]}: options after the flags must be key=value")
+        defaults |= OmegaConf.to_container(OmegaConf.from_dotlist(known.overrides))
+    except (ValueError, OSError) as e:
+        ap.error(describe(e))
+    unknown = sorted(set(defaults) - {f.name for f in fields(options)})
+    if unknown:
+        where = f"--config {known.config} or key=value" if known.config else "key=value"
+        ap.error(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (keys are the flags' names with _ for -: "
+                 f"see --help)")
     add_options(ap, options, defaults)
     values = vars(ap.parse_args(argv))
-    values.pop("config")
+    values.pop("config"), values.pop("overrides")
     return options(**values)
 
 

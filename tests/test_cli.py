@@ -83,3 +83,16 @@ def test_a_config_can_give_the_required_options(tmp_path):
     path.write_text("model: m\ndata: d\nout: o\nthree_turn: true\n", encoding="utf-8")
     run = parse_options(EvalRun, None, ["--config", str(path), "--no-three-turn"])
     assert (run.model, run.out, run.three_turn) == ("m", "o", False)
+
+
+def test_key_value_overrides_as_the_training_tools_take_them(capsys):
+    required = TOOLS["eval/run_eval.py"][1]
+    run = parse_options(EvalRun, None, [*required, "max_tokens=12", "three_turn=true", "settings=L1-af"])
+    assert (run.max_tokens, run.three_turn, run.settings) == (12, True, "L1-af")
+    assert parse_options(EvalRun, None, ["model=m", "data=d", "out=o"]) == EvalRun(model="m", data="d", out="o")
+    assert parse_options(EvalRun, None, [*required, "max_tokens=12", "--max-tokens", "5"]).max_tokens == 5  # flags win
+    for argv, message in (([*required, "max_tokenz=1"], r"unknown key\(s\) max_tokenz"),
+                          ([*required, "stray"], r"stray: options after the flags must be key=value")):
+        with pytest.raises(SystemExit):
+            parse_options(EvalRun, None, argv)
+        assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])
