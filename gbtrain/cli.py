@@ -77,7 +77,7 @@ def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | Non
         if choices and default is not MISSING and default not in choices:
             ap.error(f"{f.name}: {default!r} is not one of {', '.join(map(str, choices))}")
         if default is MISSING:
-            ap.add_argument(flag, required=require, help=help_text)
+            ap.add_argument(flag, required=require, help=help_text, choices=choices)
         elif f.type == "bool":
             ap.add_argument(flag, action=argparse.BooleanOptionalAction if default or not require else "store_true",
                             default=default, help=help_text)

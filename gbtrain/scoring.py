@@ -21,7 +21,8 @@ from pathlib import Path
 from rapidfuzz.distance import Levenshtein
 
 from gbtrain import judges, parsing
-from gbtrain.coords import PixelBudget, from_model
+from gbtrain.config import option
+from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.judges import normalize_text
 from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
 from gbtrain.vocabulary import ANSWER_FREE, LEVELS, MODES
@@ -421,6 +422,44 @@ def breakdown(outcomes: list[GroupOutcome]) -> dict:
             c[1] += o.accurate
         result[key] = {k: {"n": n, "correct": ok, "accuracy": _rate(ok, n)} for k, (n, ok) in sorted(cats.items())}
     return result
+
+
+@dataclass
+class ScoreRun:
+    """Everything one `eval/score.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
+
+    data: str = option(help="GradingBench-layout folder")
+    level: str = option(help="the level scored", choices=LEVELS)
+    mode: str = option(help="the mode scored", choices=MODES)
+    predictions: str = option(help='JSONL, one {"id": <record id>, "response": <raw model text>} per line')
+    coords: str = option(help="the convention the model was prompted with", choices=CONVENTIONS)
+    out: str = option(help="the report (JSON)")
+    min_pixels: int = option(PixelBudget().min_pixels, "the pixel budget the model saw (qwen25 boxes)")
+    max_pixels: int = option(PixelBudget().max_pixels, "as --min-pixels")
+    judge: str = option("rule", judges.judge_usage)
+    kv_cache_gib: float | None = option(None, "vllm judge: KV-cache size in GiB (default on CPU: a quarter of free "
+                                              "memory, 0.5-4 GiB)")
+    gpu_memory_utilization: float = option(0.9, "vllm judge on a GPU: share of the card")
+    match_radius: float = option(1.0, "x the group's box diagonal")
+    exclude_other: bool = option(False, "drop half-right/unanswered/unknown groups")
+    allow_duplicates: bool = option(False, "keep the last line of a duplicated id")
+    lenient: bool = option(False, "skip bad annotation records (listed)")
+
+
+def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
+    """Score one prediction file and write its report; returns the report and the annotation problems skipped
+    or warned about. The options are checked first, so a bad radius or budget never scores a file as 0.0."""
+    from gbtrain.annotations import load_level
+    from gbtrain.backends import VLLMMemory
+
+    opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels),
+                        run.match_radius, run.exclude_other, run.allow_duplicates, run.judge)
+    judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
+    loaded = load_level(run.data, run.level, lenient=run.lenient)
+    preds = read_predictions(run.predictions, allow_duplicates=run.allow_duplicates)
+    report = score(loaded.records, preds, opts, judge)
+    write_report(report, run.out)
+    return report, loaded.skipped + loaded.warnings
 
 
 def write_report(report: dict, path: str | Path) -> None:
