@@ -10,6 +10,7 @@ Every problem names the annotation file and the record id. Strict mode (the defa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -90,6 +91,15 @@ def image_root(data_dir: str | Path, level: str) -> Path:
 
 def image_path(data_dir: str | Path, record: Record) -> Path:
     return image_root(data_dir, record.level) / record.image
+
+
+def annotations_sha256(data_dir: str | Path) -> str:
+    """A short hash of a data folder's annotation files (names and bytes): what evaluation and selection folders
+    record, so work made on other annotations is refused rather than mixed."""
+    digest = hashlib.sha256()
+    for path in sorted((Path(data_dir) / "annotations").glob("*.json")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def available_levels(data_dir: str | Path) -> list[str]:

@@ -7,7 +7,6 @@ skips the records already there, so a run killed at any point resumes and ends w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from gbtrain import prompts
-from gbtrain.annotations import image_path, load_level
+from gbtrain.annotations import annotations_sha256, image_path, load_level
 from gbtrain.backends import (
     BACKENDS,
     Backend,
@@ -389,16 +388,12 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: floa
     """What makes an evaluation folder's predictions: the model, how it was asked, and on which data.
     (`--limit`, batch sizes, parallelism and the judge may change between reruns: they do not change a line.)"""
     data = Path(run.data)
-    annotations = sorted((data / "annotations").glob("*.json"))
-    digest = hashlib.sha256()
-    for path in annotations:
-        digest.update(path.name.encode() + path.read_bytes())
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
     base_url = without_credentials(run.base_url) if run.base_url else None
     return {"model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "l2_margin": l2_margin,
             "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
-            "data": str(data.resolve()), "annotations_sha256": digest.hexdigest()[:16]}
+            "data": str(data.resolve()), "annotations_sha256": annotations_sha256(data)}
 
 
 class FolderLock:

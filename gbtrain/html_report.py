@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 from PIL import Image
 
 from gbtrain.reports import GATES, OUTCOMES, markdown, outcome, safe_name
-from gbtrain.scoring import read_predictions
+from gbtrain.scoring import Predictions, read_predictions
 
 OVERLAY_WIDTH = 900  # px: overlays are downscaled to this for the page (the PNGs beside it keep full size)
 REPLY_CHARS = 4000  # a longer reply is cut on the page; the whole of it stays in predictions/<setting>.jsonl
@@ -210,20 +210,6 @@ def _breakdowns(report: dict) -> str:
     return "".join(parts)
 
 
-def _turns(path: Path) -> dict[str, list[str]]:
-    """A three-turn setting's raw turns by record id (the response it scored is their merge)."""
-    turns = {}
-    with open(path, encoding="utf-8-sig", errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("turns"), list):
-                turns[str(row.get("id"))] = [str(t) for t in row["turns"]]
-    return turns
-
-
 def _reply(title: str, text: str, setting: str) -> str:
     cut = (f"\n… {len(text) - REPLY_CHARS} more characters in predictions/{setting}.jsonl"
            if len(text) > REPLY_CHARS else "")
@@ -269,8 +255,7 @@ def _records(out: Path, report: dict, groups: dict[str, list[dict]]) -> tuple[st
     cards, values = [], {k: set() for k, _ in FILTERS}
     for setting in sorted(groups):
         path = out / "predictions" / f"{setting}.jsonl"
-        preds = read_predictions(path) if path.is_file() else None
-        turns = _turns(path) if preds else {}
+        preds = read_predictions(path) if path.is_file() else Predictions({})
         unparsable = set(report["settings"].get(setting, {}).get("coverage", {}).get("ids", {}).get("unparsable", []))
         by_record: dict[str, list[dict]] = {}
         for g in groups[setting]:
@@ -282,9 +267,8 @@ def _records(out: Path, report: dict, groups: dict[str, list[dict]]) -> tuple[st
                 values["outcome"].add(outcome(g))
                 values["stage"].add(g["stage"])
                 values["qtype"].add(g["question_type"])
-            reply = preds.responses.get(rid) if preds else None
-            error = preds.errors.get(rid) if preds else None
-            cards.append(_card(out, setting, rid, rows, reply, error, rid in unparsable, turns.get(rid, [])))
+            cards.append(_card(out, setting, rid, rows, preds.responses.get(rid), preds.errors.get(rid),
+                               rid in unparsable, preds.turns.get(rid, [])))
     selects = []
     for key, title in FILTERS:
         opts = [k for k in OUTCOMES if k in values["outcome"]] if key == "outcome" else sorted(values[key])

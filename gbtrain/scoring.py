@@ -61,6 +61,7 @@ class Predictions:
     responses: dict[str, str]
     duplicates: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # id -> why no reply was generated (the evaluator's)
+    turns: dict[str, list[str]] = field(default_factory=dict)  # id -> a three-turn record's raw turns
 
 
 def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predictions:
@@ -68,6 +69,7 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
     last line wins and they are listed)."""
     responses: dict[str, str] = {}
     errors: dict[str, str] = {}
+    turns: dict[str, list[str]] = {}
     dups: list[str] = []
     # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read; a BOM
     # (a file saved by a Windows editor) is dropped.
@@ -92,11 +94,13 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
                 response, ensure_ascii=False))
             if row.get("error"):
                 errors[rid] = str(row["error"])[:300]
+            if isinstance(row.get("turns"), list):
+                turns[rid] = [str(t) for t in row["turns"]]
     if dups and not allow_duplicates:
         shown = ", ".join(sorted(set(dups))[:20])
         raise PredictionsError(f"{path}: {len(set(dups))} duplicated id(s): {shown} (use --allow-duplicates to keep "
                                f"the last line of each)")
-    return Predictions(responses, sorted(set(dups)), errors)
+    return Predictions(responses, sorted(set(dups)), errors, turns)
 
 
 def cer(prediction: str, reference: str) -> float:

@@ -31,7 +31,7 @@ from contextlib import suppress
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from gbtrain.annotations import image_root, load_level, write_level
+from gbtrain.annotations import annotations_sha256, image_root, load_level, write_level
 from gbtrain.backends import ModelOptions, without_credentials
 from gbtrain.cli import describe
 from gbtrain.config import identity_differences, option, overlapping, require_model
@@ -231,13 +231,6 @@ def write_split(records: dict[str, list[Record]], source: str | Path, folder: Pa
         elif link.is_dir():
             shutil.rmtree(link)
         link.symlink_to(image_root(source, level).resolve(), target_is_directory=True)
-
-
-def annotations_sha256(data: str | Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted((Path(data) / "annotations").glob("*.json")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------- the output folder
@@ -449,8 +442,6 @@ def check_select_run(sel: SelectRun) -> None:
         raise ValueError(f"--metric {sel.metric!r}: choose one of {', '.join(METRICS)}")
     if sel.backend not in ("vllm", "hf"):
         raise ValueError(f"--backend {sel.backend!r}: checkpoint selection runs local checkpoints with vllm or hf")
-    if not sel.out.strip():
-        raise ValueError("--out is empty: name the output folder")
     if sel.coords is not None and sel.coords not in CONVENTIONS:
         raise ValueError(f"--coords {sel.coords!r}: unknown coordinate convention; choose one of "
                          f"{', '.join(CONVENTIONS)}")
