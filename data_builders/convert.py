@@ -12,25 +12,14 @@ lists them (OUT/convert_report.json and this summary). Check the result with dat
 
 from __future__ import annotations
 
-import argparse
-
-from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.converters import FORMATS, convert, load_mapping, summary_lines
+from gbtrain.cli import parse_options, user_errors
+from gbtrain.converters import ConvertRun, convert, load_mapping, summary_lines
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--mapping", required=True, help="YAML mapping (configs/convert/example.yaml)")
-    ap.add_argument("--export", required=True, help="the export file (labelme: a folder of JSON files, or one)")
-    ap.add_argument("--out", required=True, help="output folder (GradingBench layout)")
-    ap.add_argument("--images", help="folder holding the page images (default: the export's folder)")
-    ap.add_argument("--format", choices=FORMATS, help="the export's tool (default: the mapping's format)")
-    ap.add_argument("--lenient", action="store_true", help="leave unmappable items out, listed in the report")
-    ap.add_argument("overrides", nargs="*", help="key=value mapping overrides (e.g. subject=Mathematics)")
-    args = ap.parse_args()
-    overrides = list(args.overrides) + ([f"format={args.format}"] if args.format else [])
+    args = parse_options(ConvertRun, __doc__)
     with user_errors("convert"):
-        mapping = load_mapping(args.mapping, overrides)
+        mapping = load_mapping(args.mapping, args.mapping_overrides())
         report = convert(args.export, mapping, args.out, images=args.images, lenient=args.lenient)
     print("\n".join(summary_lines(report, args.out)))
 

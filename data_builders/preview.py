@@ -11,20 +11,12 @@ and every problem the reader finds in lenient mode (each naming file and record)
 
 from __future__ import annotations
 
-import argparse
-
-from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.preview import preview, summary_lines
-from gbtrain.vocabulary import LEVELS
+from gbtrain.cli import parse_options, user_errors
+from gbtrain.preview import PreviewRun, preview, summary_lines
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--data", required=True, help="GradingBench-layout folder")
-    ap.add_argument("--out", required=True, help="folder for the drawn pages and summary.json")
-    ap.add_argument("--pages", type=int, default=8, help="records to draw (spread over the level)")
-    ap.add_argument("--level", choices=LEVELS, help="level to draw (default: L3, else the first present)")
-    args = ap.parse_args()
+    args = parse_options(PreviewRun, __doc__)
     with user_errors("preview"):
         summary = preview(args.data, args.out, args.pages, args.level)
     print("\n".join(summary_lines(summary)))

@@ -7,13 +7,12 @@ Writes gains.md, gains.png and gains.html (a self-contained page that links each
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from gbtrain.cli import HelpFormatter, user_errors
+from gbtrain.cli import parse_options, user_errors
 from gbtrain.html_report import write_comparison_page
-from gbtrain.reports import METRICS, compare, compare_plot
+from gbtrain.reports import METRICS, CompareRun, compare, compare_plot
 
 
 def _report(path: str) -> dict:
@@ -47,11 +46,7 @@ def _output(out: str, inputs: tuple[str, ...]) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("base")
-    ap.add_argument("sft")
-    ap.add_argument("--out", required=True, help="Markdown file; the plot (.png) and the page (.html) go beside it")
-    args = ap.parse_args()
+    args = parse_options(CompareRun, __doc__)
     with user_errors("compare"):
         out = _output(args.out, (args.base, args.sft))
         base, sft = (_report(p) for p in (args.base, args.sft))

@@ -11,14 +11,16 @@ problem, every bad training option) keeps its list; any other multi-line message
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
 from typing import TypeVar
 
+from omegaconf import OmegaConf
+
 from gbtrain.backends import ModelOptions, without_credentials
+from gbtrain.config import field_default, help_of, load_yaml
 
 T = TypeVar("T")
 USER_ERRORS = (ValueError, OSError)
@@ -63,20 +65,22 @@ def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | Non
     """One flag per field of a tool's options dataclass (`--kebab-case`, its default, help and choices from
     config.option): the required fields first, then the tool's own, then the ModelOptions it extends. `defaults`
     (a --config file's values) replace the fields' own and make a required flag optional. A flag defaulting to
-    true comes with its --no- form (every flag does with require=False: the first pass of parse_options)."""
+    true comes with its --no- form (every flag does with require=False: the first pass of parse_options). A
+    positional field is an argument given by its place instead."""
     types = {"int": int, "float": float, "str": str}
     defaults = defaults or {}
     model_fields = {f.name for f in fields(ModelOptions)} if issubclass(options, ModelOptions) else set()
-    ordered = sorted(fields(options), key=lambda f: (f.default is not MISSING, f.name in model_fields))
+    ordered = sorted(fields(options), key=lambda f: (field_default(f) is not MISSING, f.name in model_fields))
     for f in ordered:
         flag = "--" + f.name.replace("_", "-")
-        default = defaults.get(f.name, f.default)
-        help_text, choices = f.metadata.get("help") or None, f.metadata.get("choices")
-        help_text = help_text() if callable(help_text) else help_text
+        default = defaults.get(f.name, field_default(f))
+        help_text, choices = help_of(f) or None, f.metadata.get("choices")
         choices = choices() if callable(choices) else choices
-        if choices and default is not MISSING and default not in choices:
+        if choices and default not in (MISSING, None) and default not in choices:
             ap.error(f"{f.name}: {default!r} is not one of {', '.join(map(str, choices))}")
-        if default is MISSING:
+        if f.metadata.get("positional"):
+            _add_positional(ap, f.name, default, require, help_text, choices)
+        elif default is MISSING:
             ap.add_argument(flag, required=require, help=help_text, choices=choices)
         elif f.type == "bool":
             ap.add_argument(flag, action=argparse.BooleanOptionalAction if default or not require else "store_true",
@@ -86,42 +90,68 @@ def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | Non
                             choices=choices)
 
 
+def _add_positional(ap: argparse.ArgumentParser, name: str, default, require: bool, help_text: str | None,
+                    choices: tuple | None) -> None:
+    """A positional argument: a list takes any number; one without a default is required unless `require` is off
+    (the first pass of parse_options, where a --config file may still give it)."""
+    if isinstance(default, list):
+        ap.add_argument(name, nargs="*", default=default, help=help_text, choices=choices)
+    elif default is MISSING and require:
+        ap.add_argument(name, help=help_text, choices=choices)
+    else:
+        ap.add_argument(name, nargs="?", default=None if default is MISSING else default, help=help_text,
+                        choices=choices)
+
+
+_CONFIG, _OVERRIDES = "options_config", "options_overrides"
+
+
+def _parser(options: type, description: str | None, defaults: dict | None = None,
+            require: bool = True) -> argparse.ArgumentParser:
+    """The tool's parser: `--config`, its fields (add_options), then `key=value ...`; a tool whose own fields are
+    named `config` or `overrides` (a wrapped config's file and key=value, as bench_train.py's) takes those as its
+    own instead."""
+    own = {f.name for f in fields(options)}
+    ap = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    if "config" not in own:
+        ap.add_argument("--config", dest=_CONFIG, metavar="FILE.yaml",
+                        help="YAML file of these options (keys: the flags' names with _ for -); flags given too "
+                             "override it")
+    add_options(ap, options, defaults, require)
+    if "overrides" not in own:
+        ap.add_argument(_OVERRIDES, nargs="*", metavar="key=value",
+                        help="options as the training and data-building tools take them (max_tokens=512), after "
+                             "any positional arguments")
+    return ap
+
+
 def parse_options(options: type[T], description: str | None, argv: list[str] | None = None) -> T:
     """A tool's options: its dataclass's defaults, then a `--config FILE.yaml` of field names (configs/eval/), then
-    the flags given (add_options). A bad config file is one usage error naming it (exit 2)."""
-    ap = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
-    ap.add_argument("--config", help="YAML file of these options (keys: the flags' names with _ for -); flags "
-                                     "given too override it")
-    ap.add_argument("overrides", nargs="*", metavar="key=value",
-                    help="options as the training and data-building tools take them (max_tokens=512)")
+    `key=value` overrides, then the flags given (add_options); flags and positional arguments may come in any
+    order. A bad config file is one usage error naming it (exit 2)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if {"-h", "--help"} & set(argv):  # the dataclass's own defaults
+        _parser(options, description).parse_intermixed_args(argv)
+    pre = _parser(options, description, require=False)  # config and overrides first: they become the defaults
+    known = vars(pre.parse_intermixed_args(argv))
     defaults: dict = {}
-    if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):  # the dataclass's own defaults
-        add_options(ap, options)
-        ap.parse_args(argv)
-    pre = copy.deepcopy(ap)  # config and overrides first: they become the flags' defaults
-    add_options(pre, options, require=False)
-    known = pre.parse_args(argv)
-    from omegaconf import OmegaConf
-
-    from gbtrain.config import load_yaml
-
+    config, overrides = known.get(_CONFIG), known.get(_OVERRIDES, [])
     try:
-        if known.config:
-            defaults = OmegaConf.to_container(load_yaml(known.config))
-        bad = [o for o in known.overrides if "=" not in o]
+        if config:
+            defaults = OmegaConf.to_container(load_yaml(config))
+        bad = [o for o in overrides if "=" not in o]
         if bad:
             raise ValueError(f"{bad[0]}: options after the flags must be key=value")
-        defaults |= OmegaConf.to_container(OmegaConf.from_dotlist(known.overrides))
+        defaults |= OmegaConf.to_container(OmegaConf.from_dotlist(overrides))
     except (ValueError, OSError) as e:
-        ap.error(describe(e))
+        pre.error(describe(e))
     unknown = sorted(set(defaults) - {f.name for f in fields(options)})
     if unknown:
-        where = f"--config {known.config} or key=value" if known.config else "key=value"
-        ap.error(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (keys are the flags' names with _ for -: "
-                 f"see --help)")
-    add_options(ap, options, defaults)
-    values = vars(ap.parse_args(argv))
-    values.pop("config"), values.pop("overrides")
+        where = f"--config {config} or key=value" if config else "key=value"
+        pre.error(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (keys are the flags' names with _ for -: "
+                  f"see --help)")
+    values = vars(_parser(options, description, defaults).parse_intermixed_args(argv))
+    values.pop(_CONFIG, None), values.pop(_OVERRIDES, None)
     return options(**values)
 
 
@@ -131,6 +161,6 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or action.required:
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or action.required:
             return text
         return super()._get_help_string(action)

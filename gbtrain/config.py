@@ -7,9 +7,10 @@ The ``vision`` section is the one min/max-pixels setting that builder, trainer a
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, Field, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,33 +23,59 @@ from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L1, L2, L3
 T = TypeVar("T")
 
 
+def option(default: Any = MISSING, help: str | Callable[[], str] = "",
+           choices: tuple | Callable[[], tuple] | None = None, positional: bool = False) -> Any:
+    """A tool option's dataclass field: its default, `--help` text and choices (callables are read when the parser
+    is built, so a registry's entries added later are offered), from which gbtrain.cli.add_options makes its flag.
+    `positional`: an argument given by its place (compare.py's two reports; a list: any number of them). A list or
+    dict default is copied for each instance."""
+    metadata = {"help": help, "choices": choices, "positional": positional}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def field_default(f: Field) -> Any:
+    """A dataclass field's default value (MISSING when it has none), whether given as a value or a factory."""
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def help_of(f: Field) -> str:
+    """A field's help text (config.option's, read now if it is a callable)."""
+    text = f.metadata.get("help") or ""
+    return text() if callable(text) else text
+
+
 @dataclass
 class MixConfig:
     """Shares of the conversations by level and mode, and the share that is three-turn."""
 
-    levels: dict[str, float] = field(default_factory=lambda: {L1: 0.45, L2: 0.40, L3: 0.15})
-    modes: dict[str, float] = field(default_factory=lambda: {ANSWER_FREE: 0.5, ANSWER_BASED: 0.5})
-    three_turn: float = 0.2
+    levels: dict[str, float] = option({L1: 0.45, L2: 0.40, L3: 0.15}, "shares by level")
+    modes: dict[str, float] = option({ANSWER_FREE: 0.5, ANSWER_BASED: 0.5}, "shares by mode")
+    three_turn: float = option(0.2, "share of three-turn conversations")
 
 
 @dataclass
 class BuildConfig:
     """data_builders/build_sft.py: annotated pages -> SFT conversations."""
 
-    data: str = "???"  # a GradingBench-layout folder
-    out: str = "???"
-    target_count: int = 10_000
-    seed: int = 0
-    coords: str = "qwen25"
-    vision: PixelBudget = field(default_factory=PixelBudget)  # min/max pixels, checked when loaded
-    max_length: int = 8192  # tokens, image included; longer conversations are dropped and counted
-    tokenizer: str | None = None  # model or tokenizer folder for exact lengths; None = estimate
-    validation_share: float = 0.05  # of pages
-    test_share: float = 0.10  # of pages
+    data: str = option("???", "the GradingBench-layout folder read (also --data)")
+    out: str = option("???", "the folder written (also --out)")
+    target_count: int = option(10_000, "conversations to build (split in proportion to pages)")
+    seed: int = option(0, "seed of the page split and of the sampling of records")
+    coords: str = option("qwen25", "box convention (README: Coordinates)")
+    vision: PixelBudget = field(default_factory=PixelBudget)  # the budget shared with training and evaluation
+    max_length: int = option(8192, "longest conversation kept, in tokens, image included; longer ones are dropped "
+                                   "and counted")
+    tokenizer: str | None = option(None, "model or tokenizer folder for exact lengths (null: estimated, and the card "
+                                         "says so)")
+    validation_share: float = option(0.05, "share of pages in the validation split")
+    test_share: float = option(0.10, "share of pages in the test split")
     mix: MixConfig = field(default_factory=MixConfig)
-    l2_margin: float = DEFAULT_L2_MARGIN
-    lenient: bool = False  # skip bad records (counted and listed) instead of stopping
-    workers: int = 2
+    l2_margin: float = option(DEFAULT_L2_MARGIN, "margin of an L2 region derived from answer boxes (pages without "
+                                                 "question marks)")
+    lenient: bool = option(False, "skip bad records (counted and listed) instead of stopping")
+    workers: int = option(2, "threads linking or copying the images into OUT/images")
 
 
 def below_minimum(values: dict[str, tuple[float, float]], sep: str = "=") -> list[str]:
@@ -139,32 +166,66 @@ def require_model(name: str, what: str = "model") -> None:
         raise FileNotFoundError(f"{what} not found: {name} (a folder, or a hub id like Qwen/Qwen2.5-VL-7B-Instruct)")
 
 
-def option(default: Any = MISSING, help: str | Callable[[], str] = "",
-           choices: tuple | Callable[[], tuple] | None = None) -> Any:
-    """A tool option's dataclass field: its default, `--help` text and choices (callables are read when the parser
-    is built, so a registry's entries added later are offered), from which gbtrain.cli.add_options makes its flag."""
-    return field(default=default, metadata={"help": help, "choices": choices})
-
-
-def config_keys(schema: type | Any, prefix: str = "") -> dict[str, Any]:
-    """Every `key=value` key of a config dataclass (nested sections dotted: `lora.r`) with its default: what
-    `--help` lists and the README's key tables must cover (tests/test_config.py)."""
+def config_fields(schema: type | Any, prefix: str = "") -> list[tuple[str, Field, Any]]:
+    """Every `key=value` key of a config dataclass (nested sections dotted: `lora.r`) with its field and default."""
     from dataclasses import fields, is_dataclass
 
-    keys: dict[str, Any] = {}
+    keys: list[tuple[str, Field, Any]] = []
     for f in fields(schema):
-        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        default = field_default(f)
         if is_dataclass(default):
-            keys |= config_keys(default, f"{prefix}{f.name}.")
+            keys += config_fields(default, f"{prefix}{f.name}.")
         else:
-            keys[prefix + f.name] = default
+            keys.append((prefix + f.name, f, default))
     return keys
 
 
+def config_keys(schema: type | Any) -> dict[str, Any]:
+    """Every `key=value` key of a config dataclass with its default: what `--help` lists."""
+    return {key: default for key, _, default in config_fields(schema)}
+
+
 def keys_epilog(schema: type) -> str:
-    """`--help`'s list of a config's keys and defaults (??? = required)."""
+    """`--help`'s list of a config's keys, defaults (??? = required) and help."""
     return "config keys (key=value overrides; defaults):\n" + "\n".join(
-        f"  {key} = {default}" for key, default in config_keys(schema).items())
+        f"  {key} = {_yaml_value(default)}" + (f"  # {help_of(f)}" if help_of(f) else "")
+        for key, f, default in config_fields(schema))
+
+
+def keys_table(schema: type, flags: bool = False, leave_out: frozenset[str] = frozenset()) -> str:
+    """A Markdown table of a config's keys (or, `flags`, a tool's flags and positional arguments) with each default
+    and help: the README's key tables are these (scripts/readme_keys.py writes them, tests/test_config.py checks
+    them), so that a key cannot be added, renamed or re-defaulted without its row."""
+    rows = [f"| {'flag' if flags else 'key'} | default | meaning |", "|---|---|---|"]
+    for key, f, default in config_fields(schema):
+        if key in leave_out:
+            continue
+        name = key if not flags or f.metadata.get("positional") else "--" + key.replace("_", "-")
+        choices = f.metadata.get("choices")
+        choices = choices() if callable(choices) else choices
+        meaning = help_of(f) + (f" (one of: {', '.join(map(str, choices))})" if choices else "")
+        shown = "required" if default is MISSING or default == "???" else f"`{_yaml_value(default)}`"
+        meaning = meaning.replace("<", "&lt;")  # `<record id>` would be read as an HTML tag
+        rows.append("| " + " | ".join(_cell(text) for text in (f"`{name}`", shown, meaning)) + " |")
+    return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell: one line, its pipes escaped (GitHub splits cells even inside code)."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _yaml_value(value: Any) -> str:
+    """A default as it is written in a YAML config or a key=value override."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(_yaml_value, value)) + "]"
+    return str(value)
 
 
 def to_yaml(cfg: Any) -> str:
@@ -173,65 +234,77 @@ def to_yaml(cfg: Any) -> str:
 
 @dataclass
 class LoraSettings:
-    r: int = 64
-    alpha: int = 128
-    dropout: float = 0.05
-    # LLM linears only: the vision blocks have gate/up/down projections too, so select by path.
-    target_modules: str = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    r: int = option(64, "adapter rank")
+    alpha: int = option(128, "adapter scale numerator (scale = alpha / r)")
+    dropout: float = option(0.05, "dropout on the adapters' input")
+    target_modules: str = option(r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
+                                 "regex on module paths: the LLM's linears only (the vision blocks have gate/up/down "
+                                 "projections too)")
 
 
 @dataclass
 class FreezeSettings:
     """Which parts do not train (full fine-tuning; with LoRA the base weights are frozen anyway)."""
 
-    vision_tower: bool = True
-    merger: bool = False
-    llm: bool = False
+    vision_tower: bool = option(True, "the vision tower does not train (false needs finetune=full)")
+    merger: bool = option(False, "the vision-language merger does not train (with LoRA it trains fully unless "
+                                 "frozen)")
+    llm: bool = option(False, "full fine-tuning only: the language model does not train (LoRA configs leave it "
+                                "out)")
 
 
 @dataclass
 class LearningRates:
-    llm: float = 1e-4
-    merger: float = 1e-5
-    vision_tower: float = 2e-6
+    """One optimizer group per part (no weight decay on biases and norms)."""
+
+    llm: float = option(1e-4, "learning rate of the language model (its adapters with LoRA)")
+    merger: float = option(1e-5, "learning rate of the merger")
+    vision_tower: float = option(2e-6, "learning rate of the vision tower")
 
 
 @dataclass
 class TrainConfig:
     """recipes/sft_qwen.py: TRL + PEFT SFT of a Qwen2.5-VL-class model on the builder's output."""
 
-    model: str = "???"  # hub id or folder (with model_init=random: only its config is read)
-    model_init: str = "pretrained"  # pretrained | random (architecture from config, random weights)
-    dataset: str = "???"  # data_builders/build_sft.py output folder
-    output_dir: str = "???"
-    finetune: str = "lora"  # lora | full | qlora (bitsandbytes 4-bit, GPU only)
+    model: str = option("???", "hub id or folder (with model_init=random only its config is read)")
+    model_init: str = option("pretrained", "pretrained, or random: the architecture from the model's config with "
+                                           "random weights (benchmarks, no download)")
+    dataset: str = option("???", "data_builders/build_sft.py output folder")
+    output_dir: str = option("???", "where checkpoints and the result go")
+    finetune: str = option("lora", "lora, full, or qlora (4-bit NF4: GPU + bitsandbytes)")
     lora: LoraSettings = field(default_factory=LoraSettings)
     freeze: FreezeSettings = field(default_factory=FreezeSettings)
     lr: LearningRates = field(default_factory=LearningRates)
-    vision: PixelBudget | None = None  # None: the dataset's (it must match the one the boxes were built with)
-    max_length: int = 8192  # longer samples are rejected before training, counted, never truncated
-    packing: bool = True  # padding-free packing into rows of pack_tokens; False: padded, length-grouped
-    pack_tokens: int = 16384
-    per_device_batch_size: int = 1  # packed rows (packing) or samples (no packing) per device step
-    gradient_accumulation_steps: int = 8
-    num_train_epochs: float = 1.0
-    max_steps: int = -1
-    warmup_ratio: float = 0.03  # share of the total steps (transformers warmup_steps < 1)
-    weight_decay: float = 0.0
-    lr_scheduler: str = "cosine"
-    max_grad_norm: float = 1.0
-    gradient_checkpointing: bool = True  # non-reentrant
-    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 | flex_attention (GPU)
-    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
-    liger: bool = False  # Liger kernels (GPU, liger-kernel installed)
-    eval_steps: int = 200
-    save_steps: int = 200
-    save_total_limit: int = 3
-    logging_steps: int = 10
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    seed: int = 42
-    resume: bool = False  # continue from the last checkpoint in output_dir
-    dataloader_num_workers: int = 2
-    peak_tflops: float = 989.0  # per-device dense bf16 peak for MFU (H100/H200 SXM); 0 disables MFU
-    limit_train_samples: int | None = None
-    limit_eval_samples: int | None = None
+    vision: PixelBudget | None = option(None, "pixel budget (null: the dataset's); must equal the one the dataset's "
+                                              "boxes were built with (checked)")
+    max_length: int = option(8192, "longer samples are rejected before training, counted in train_summary.json, "
+                                   "never truncated")
+    packing: bool = option(True, "padding-free packing into rows of pack_tokens; false: padded batches, "
+                                 "length-grouped sampling")
+    pack_tokens: int = option(16384, "tokens per packed row")
+    per_device_batch_size: int = option(1, "packed rows (packing) or samples (no packing) per device step")
+    gradient_accumulation_steps: int = option(8, "device steps per optimizer step")
+    num_train_epochs: float = option(1.0, "passes over the training split")
+    max_steps: int = option(-1, "optimizer steps (-1: as num_train_epochs gives)")
+    warmup_ratio: float = option(0.03, "share of the total steps spent warming up")
+    weight_decay: float = option(0.0, "AdamW weight decay (never on biases and norms)")
+    lr_scheduler: str = option("cosine", "transformers scheduler name")
+    max_grad_norm: float = option(1.0, "gradient clipping")
+    gradient_checkpointing: bool = option(True, "non-reentrant activation checkpointing")
+    attn_implementation: str = option("sdpa", "sdpa or eager; on a GPU flex_attention (packed rows skip the blocks "
+                                              "between samples; no extra package) or flash_attention_2 (varlen, "
+                                              "flash-attn installed; README: Packed attention)")
+    precision: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bf16 (refused on a CPU machine) or fp32")
+    liger: bool = option(False, "Liger kernels (GPU + liger-kernel)")
+    eval_steps: int = option(200, "eval loss on the validation split every this many steps")
+    save_steps: int = option(200, "checkpoint every this many steps")
+    save_total_limit: int = option(3, "checkpoints kept")
+    logging_steps: int = option(10, "log loss, learning rate, real tokens/s and MFU every this many steps")
+    report_to: list[str] = option(["tensorboard"], "loggers ([wandb] for W&B)")
+    seed: int = option(42, "seed of the model's new weights, the data order and packing")
+    resume: bool = option(False, "continue from the last checkpoint in output_dir")
+    dataloader_num_workers: int = option(2, "data loading processes")
+    peak_tflops: float = option(989.0, "per-device dense bf16 peak for the MFU column (H100/H200 SXM); 0 disables "
+                                       "MFU")
+    limit_train_samples: int | None = option(None, "train on the first N samples only (smoke runs)")
+    limit_eval_samples: int | None = option(None, "evaluate on the first N samples only (smoke runs)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
@@ -37,8 +37,8 @@ class PixelBudget:
     Defaults are the GradingBench reference runs: min 224*224, max 2200*28*28 (about 1.7 Mpx).
     """
 
-    min_pixels: int = 224 * 224
-    max_pixels: int = 2200 * 28 * 28
+    min_pixels: int = field(default=224 * 224, metadata={"help": "smaller images are scaled up"})
+    max_pixels: int = field(default=2200 * 28 * 28, metadata={"help": "larger images are scaled down (smart_resize)"})
 
     def __post_init__(self):
         if not (0 < self.min_pixels <= self.max_pixels):

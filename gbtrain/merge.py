@@ -5,10 +5,26 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from gbtrain.config import overlapping, require_model
+from gbtrain.config import option, overlapping, require_model
 from gbtrain.coords import CHECKPOINT_RECORD, read_checkpoint_record
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass
+class MergeRun:
+    """Everything one `recipes/merge_lora.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
+
+    base: str = option(help="base model (hub id or folder) the adapter was trained on")
+    adapter: str = option(help="adapter folder (recipes/sft_qwen.py output_dir)")
+    out: str = option(help="folder for the merged checkpoint")
+    dtype: str = option("auto", "dtype the base is loaded and the merge saved in (auto: the base's own)",
+                        choices=DTYPES)
+    allow_other_base: bool = option(False, "merge although --base is not the base recorded in the adapter (same "
+                                           "weights, other name)")
 
 
 def check_base(base: str, adapter: str) -> None:

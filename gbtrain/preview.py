@@ -7,21 +7,32 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image, ImageDraw
 
 from gbtrain.annotations import LoadedLevel, image_path, load_dataset
-from gbtrain.config import overlapping
+from gbtrain.config import option, overlapping
 from gbtrain.converters import REPORT
 from gbtrain.reports import safe_name
 from gbtrain.schema import CONTEXT, RIGHT, WRONG, Record
 from gbtrain.synth.fonts import draw_text
-from gbtrain.vocabulary import L3
+from gbtrain.vocabulary import L3, LEVELS
 
 COLORS = {RIGHT: (0, 150, 0), WRONG: (210, 0, 0), CONTEXT: (40, 90, 220)}
 OTHER_COLOR = (220, 130, 0)  # half_right, unanswered, unknown
 TEXT_CHARS = 40  # transcriptions longer than this are cut on the drawing
+
+
+@dataclass
+class PreviewRun:
+    """Everything one `data_builders/preview.py` call needs; each field is one of its flags (gbtrain.cli)."""
+
+    data: str = option(help="GradingBench-layout folder")
+    out: str = option(help="folder for the drawn pages and summary.json")
+    pages: int = option(8, "records to draw (spread over the level)")
+    level: str | None = option(None, "level to draw (default: L3, else the first present)", choices=LEVELS)
 
 
 def summarize(loaded: dict[str, LoadedLevel], data_dir: str | Path) -> dict:

@@ -6,15 +6,27 @@ verdict) has the same loss on blank pages; the gap is the part of its skill that
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from PIL import Image
 
 from gbtrain.collator import IGNORE_INDEX, GradingCollator
-from gbtrain.config import below_minimum, require_model
+from gbtrain.config import below_minimum, option, require_model
 from gbtrain.modeling import load_processor
 from gbtrain.sft_dataset import dataset_pixel_budget, load_sft_dataset
+
+
+@dataclass
+class RelianceRun:
+    """Everything one `scripts/image_reliance.py` call needs; each field is one of its flags (gbtrain.cli)."""
+
+    model: str = option(help="the model measured (hub id or folder)")
+    data: str = option(help="a folder written by data_builders/build_sft.py")
+    split: str = option("validation", "the split whose first --limit conversations are measured")
+    limit: int = option(32, "conversations measured")
+    batch_size: int = option(8, "conversations per forward pass")
 
 
 def _summed_loss(model, batch: dict) -> tuple[float, int]:

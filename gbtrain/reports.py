@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -13,10 +14,20 @@ import matplotlib.pyplot as plt
 from PIL import Image, ImageDraw
 
 from gbtrain.backends import without_credentials
+from gbtrain.config import option
 from gbtrain.schema import Record
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
 
 GATES = ("localized", "recognized", "reasoned", "accuracy")
+
+
+@dataclass
+class CompareRun:
+    """Everything one `eval/compare.py` call needs: the two reports by their place, then --out (gbtrain.cli)."""
+
+    base: str = option(help="the base model's report.json (eval/run_eval.py)", positional=True)
+    sft: str = option(help="the fine-tuned model's report.json", positional=True)
+    out: str = option(help="Markdown file; the plot (.png) and the page (.html) go beside it")
 
 
 def table2(settings: dict[str, dict]) -> dict:

@@ -8,26 +8,32 @@ Targets (2 cores): 700 pages in <= 180 s; 10k conversations built from them in <
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from gbtrain.config import BuildConfig, load_config
+from gbtrain.cli import parse_options
+from gbtrain.config import BuildConfig, load_config, option
 from gbtrain.sft_dataset import build_sft_dataset
 from gbtrain.synth.generate import generate_dataset
 
 
+@dataclass
+class BenchData:
+    """The benchmark's options; each field is one of its flags (gbtrain.cli)."""
+
+    out: str = option("runs/bench-data", "folder for the synthetic pages (OUT/synth) and the build (OUT/sft)")
+    pages: int = option(700, "synthetic pages generated")
+    target: int = option(10_000, "conversations built from them (target_count)")
+    workers: int = option(os.cpu_count() or 1, "processes for both steps (default: this machine's CPUs)")
+    tokenizer: str | None = option(None, "exact token lengths with this tokenizer (default: estimate)")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="runs/bench-data")
-    ap.add_argument("--pages", type=int, default=700)
-    ap.add_argument("--target", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--tokenizer", default=None, help="exact token lengths with this tokenizer (default: estimate)")
-    args = ap.parse_args()
+    args = parse_options(BenchData, __doc__)
     out = Path(args.out)
     machine = {"cpus": os.cpu_count(), "workers": args.workers, "python": platform.python_version()}
 

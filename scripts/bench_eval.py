@@ -8,15 +8,34 @@ process with its own warm-up batch excluded from the timing. Target: vLLM >= 3x 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 
 from bench_child import emit, run_child
 
+from gbtrain.cli import parse_options
+from gbtrain.config import option
 
-def run_backend(args) -> dict:
+TIMED = ("vllm", "hf")  # the backends compared
+
+
+@dataclass
+class BenchEval:
+    """The benchmark's options; each field is one of its flags (gbtrain.cli)."""
+
+    model: str = option(help="the model both backends load (hub id or folder)")
+    data: str = option(help="GradingBench-layout folder; its first L1 records are asked")
+    records: int = option(24, "records timed per backend (two more warm it up)")
+    max_tokens: int = option(64, "most tokens generated per reply (greedy)")
+    hf_batch: int = option(8, "hf backend: sequences per generate call")
+    kv_cache_gib: float | None = option(None, "vllm KV cache (default: gbtrain sizes it)")
+    backend: str | None = option(None, "time this backend only, in this process (what each child runs; default: "
+                                        "both, each in a child process)", choices=TIMED)
+
+
+def run_backend(args: BenchEval) -> dict:
     from gbtrain.annotations import load_level
     from gbtrain.backends import BACKENDS, BackendOptions, SamplingOptions, VLLMMemory, message
     from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_budget
@@ -40,20 +59,12 @@ def run_backend(args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--records", type=int, default=24)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--hf-batch", type=int, default=8)
-    ap.add_argument("--kv-cache-gib", type=float, default=None, help="vllm KV cache (default: gbtrain sizes it)")
-    ap.add_argument("--backend", choices=("vllm", "hf"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = parse_options(BenchEval, __doc__)
     if args.backend:
         emit(run_backend(args))
         return
     results = {}
-    for backend in ("vllm", "hf"):
+    for backend in TIMED:
         cmd = [sys.executable, __file__, "--model", args.model, "--data", args.data, "--records", str(args.records),
                "--max-tokens", str(args.max_tokens), "--hf-batch", str(args.hf_batch), "--backend", backend,
                *(["--kv-cache-gib", str(args.kv_cache_gib)] if args.kv_cache_gib else [])]

@@ -12,18 +12,28 @@ tags, 1 MB of prose brackets, a 401-digit coordinate and a 1e999999999 answer. T
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from gbtrain.cli import parse_options
+from gbtrain.config import option
 from gbtrain.conversations import answer_items
 from gbtrain.coords import PixelBudget
 from gbtrain.schema import Mark, Record
 from gbtrain.scoring import Predictions, ScoreOptions, read_predictions, score
 from gbtrain.vocabulary import ANSWER_FREE, L3, LEVELS, MODES
+
+
+@dataclass
+class BenchScore:
+    """The benchmark's options; each field is one of its flags (gbtrain.cli)."""
+
+    groups: int = option(3300, "answer groups per level (each level's records are scored in both modes)")
+    seed: int = option(0, "seed of the records and their perturbed predictions")
 
 
 def make_records(n_groups: int, level: str, rng: random.Random) -> list[Record]:
@@ -66,10 +76,7 @@ def make_predictions(records: list[Record], rng: random.Random, budget: PixelBud
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--groups", type=int, default=3300)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = parse_options(BenchScore, __doc__)
     rng = random.Random(args.seed)
     budget = PixelBudget()
     total = 0.0

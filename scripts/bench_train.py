@@ -13,14 +13,34 @@ tokens/s at <= 80 GiB.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import sys
 import time
+from dataclasses import dataclass
 
 from bench_child import emit, run_child
+
+from gbtrain.cli import parse_options
+from gbtrain.config import option
+
+MODES = ("naive", "packed")
+
+
+@dataclass
+class BenchTrain:
+    """The benchmark's options; each field is one of its flags (gbtrain.cli). `config` and `overrides` are the
+    recipe's (gbtrain.config.TrainConfig): its YAML file and key=value, as recipes/sft_qwen.py takes them."""
+
+    config: str = option(help="the recipe's config (configs/sft/*.yaml)")
+    samples: int = option(48, "samples of the mix (one L3 page, three L1 crops, ...) run in each mode")
+    naive_batch: int = option(4, "samples per padded batch (naive mode)")
+    steps: int = option(0, "limit timed steps per mode (0 = all)")
+    mode: str | None = option(None, "run this mode only, in this process (what each child runs; default: both, each "
+                                    "in a child process)", choices=MODES)
+    overrides: list[str] = option([], "the recipe's key=value (model=M dataset=D output_dir=unused)",
+                                  positional=True)  # (option copies a list default for each instance)
 
 
 def _mixed_indices(ds, n: int) -> list[int]:
@@ -38,7 +58,7 @@ def _mixed_indices(ds, n: int) -> list[int]:
     return out
 
 
-def run_mode(args) -> dict:
+def run_mode(args: BenchTrain) -> dict:
     import torch
 
     from gbtrain.collator import GradingCollator, RopeIndex, plan_packs
@@ -112,19 +132,12 @@ def run_mode(args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--samples", type=int, default=48)
-    ap.add_argument("--naive-batch", type=int, default=4, help="samples per padded batch (naive mode)")
-    ap.add_argument("--steps", type=int, default=0, help="limit timed steps per mode (0 = all)")
-    ap.add_argument("--mode", choices=("naive", "packed"), help=argparse.SUPPRESS)
-    ap.add_argument("overrides", nargs="*")
-    args = ap.parse_args()
+    args = parse_options(BenchTrain, __doc__)
     if args.mode:
         emit(run_mode(args))
         return
     results = {}
-    for mode in ("naive", "packed"):
+    for mode in MODES:
         cmd = [sys.executable, __file__, "--config", args.config, "--samples", str(args.samples), "--naive-batch",
                str(args.naive_batch), "--steps", str(args.steps), "--mode", mode, *args.overrides]
         results[mode] = run_child(cmd, f"{mode} run", dict(os.environ))

@@ -1,8 +1,9 @@
-"""The command lines of the tools that ask a checkpoint are made from their options dataclasses: every flag is a
-field, with the field's default, and --help shows each default."""
+"""The command lines of the tools are made from their options dataclasses: every flag is a field, with the field's
+default, and --help shows each default."""
 
 import argparse
 import dataclasses
+import importlib.util
 import re
 import subprocess
 import sys
@@ -12,17 +13,51 @@ import pytest
 
 from gbtrain.backends import BACKENDS, ModelOptions
 from gbtrain.cli import add_options, parse_options
+from gbtrain.config import field_default
+from gbtrain.converters import ConvertRun
 from gbtrain.evaluation import EvalRun
 from gbtrain.grading import GradeRun
+from gbtrain.merge import MergeRun
+from gbtrain.preview import PreviewRun
+from gbtrain.probes import RelianceRun
+from gbtrain.reports import CompareRun
 from gbtrain.scoring import ScoreRun
 from gbtrain.selection import SelectRun
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def script_options(script: str, name: str) -> type:
+    """An options dataclass that a bench script defines itself (they import bench_child beside them)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
 TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", "o"]),
          "eval/grade_pages.py": (GradeRun, ["--model", "m", "--pages", "p", "--out", "o"]),
          "eval/select_checkpoint.py": (SelectRun, ["--run", "r", "--data", "d", "--out", "o"]),
          "eval/score.py": (ScoreRun, ["--data", "d", "--level", "L1", "--mode", "answer-free", "--predictions", "p",
-                                      "--coords", "qwen25", "--out", "o"])}
+                                      "--coords", "qwen25", "--out", "o"]),
+         "eval/compare.py": (CompareRun, ["a.json", "b.json", "--out", "g.md"]),
+         "recipes/merge_lora.py": (MergeRun, ["--base", "b", "--adapter", "a", "--out", "o"]),
+         "data_builders/preview.py": (PreviewRun, ["--data", "d", "--out", "o"]),
+         "data_builders/convert.py": (ConvertRun, ["--mapping", "m.yaml", "--export", "e.json", "--out", "o"]),
+         "scripts/image_reliance.py": (RelianceRun, ["--model", "m", "--data", "d"]),
+         "scripts/bench_data.py": (script_options("scripts/bench_data.py", "BenchData"), []),
+         "scripts/bench_eval.py": (script_options("scripts/bench_eval.py", "BenchEval"),
+                                   ["--model", "m", "--data", "d"]),
+         "scripts/bench_score.py": (script_options("scripts/bench_score.py", "BenchScore"), []),
+         "scripts/bench_train.py": (script_options("scripts/bench_train.py", "BenchTrain"), ["--config", "c.yaml"])}
+
+
+def shown_as(f: dataclasses.Field) -> str:
+    """How --help names a field: its flag, or its own name for a positional argument."""
+    return f.name if f.metadata.get("positional") else "--" + f.name.replace("_", "-")
 
 
 def help_text(script: str) -> str:
@@ -40,10 +75,11 @@ def test_flags_are_the_fields_with_their_defaults(script):
     assert set(args) == {f.name for f in dataclasses.fields(options)}
     if issubclass(options, ModelOptions):  # every tool that asks a model offers every model option
         assert {f.name for f in dataclasses.fields(ModelOptions)} <= set(args)
-    given = {f.name: args[f.name] for f in dataclasses.fields(options) if f.default is dataclasses.MISSING}
+    given = {f.name: args[f.name] for f in dataclasses.fields(options) if field_default(f) is dataclasses.MISSING}
     assert parse_options(options, None, required) == options(**given)  # defaults: the dataclass's own
+    assert all(f.metadata.get("help") for f in dataclasses.fields(options)), "a field without help"
     shown = help_text(script)  # the script's --help lists every field's flag
-    assert all("--" + f.name.replace("_", "-") in shown for f in dataclasses.fields(options))
+    assert all(shown_as(f) in shown for f in dataclasses.fields(options))
 
 
 def test_help_shows_each_default_the_registered_backends_and_no_forms():
@@ -100,3 +136,31 @@ def test_key_value_overrides_as_the_training_tools_take_them(capsys):
         with pytest.raises(SystemExit):
             parse_options(EvalRun, None, argv)
         assert re.search(message, capsys.readouterr().err.strip().splitlines()[-1])
+
+
+def test_positional_arguments_come_in_any_order_with_the_flags_or_from_a_config(tmp_path, capsys):
+    """compare.py's two reports keep their places, before, between or after the flags; key=value follow them."""
+    expected = CompareRun(base="a.json", sft="b.json", out="g.md")
+    for argv in (["a.json", "b.json", "--out", "g.md"], ["--out", "g.md", "a.json", "b.json"],
+                 ["a.json", "--out", "g.md", "b.json"], ["a.json", "b.json", "out=g.md"]):
+        assert parse_options(CompareRun, None, argv) == expected, argv
+    path = tmp_path / "compare.yaml"
+    path.write_text("base: a.json\nsft: b.json\n", encoding="utf-8")
+    assert parse_options(CompareRun, None, ["--config", str(path), "--out", "g.md"]) == expected
+    assert parse_options(CompareRun, None, ["--config", str(path), "x.json", "--out", "g.md"]).base == "x.json"
+    with pytest.raises(SystemExit) as stop:
+        parse_options(CompareRun, None, ["a.json", "--out", "g.md"])
+    assert stop.value.code == 2
+    assert "the following arguments are required: sft" in capsys.readouterr().err
+
+
+def test_a_tool_that_wraps_a_config_takes_its_file_and_key_values_as_its_own():
+    """bench_train.py's --config and key=value are the recipe's; convert.py's key=value change the mapping."""
+    bench = TOOLS["scripts/bench_train.py"][0]
+    run = parse_options(bench, None, ["--config", "c.yaml", "model=M", "dataset=D", "--samples", "8", "output_dir=o"])
+    assert (run.config, run.overrides, run.samples) == ("c.yaml", ["model=M", "dataset=D", "output_dir=o"], 8)
+    assert parse_options(bench, None, ["--config", "c.yaml"]).overrides == []
+    convert = parse_options(ConvertRun, None, [*TOOLS["data_builders/convert.py"][1], "subject=Mathematics",
+                                               "--format", "coco"])
+    assert convert.mapping_overrides() == ["subject=Mathematics", "format=coco"]
+    assert ConvertRun("m", "e", "o").overrides is not ConvertRun("m", "e", "o").overrides  # one list each

@@ -1,9 +1,10 @@
-import re
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-from gbtrain.config import BuildConfig, TrainConfig, config_keys, load_config
+from gbtrain.config import BuildConfig, TrainConfig, config_keys, keys_table, load_config
 from gbtrain.coords import PixelBudget
 
 ROOT = Path(__file__).parents[1]
@@ -76,18 +77,33 @@ def test_every_shipped_data_config_passes_the_option_checks(path):
     _check_config(load_config(BuildConfig, path, ["data=d", "out=o"]))
 
 
-def readme_table_keys(heading: str) -> set[str]:
-    """The backticked keys in the first column of the README table that follows `heading`."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    rows = text[text.index(heading):].split("\n\n")[1].splitlines()[2:]  # the table, past its header
-    return {key for row in rows for key in re.findall(r"`([^`]+)`", row.split("|")[1])}
+def readme_keys():
+    """scripts/readme_keys.py as a module: the README regions and how each is written."""
+    spec = importlib.util.spec_from_file_location("readme_keys", ROOT / "scripts" / "readme_keys.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass is made in a module that Python knows
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.parametrize(("schema", "heading"),
-                         [(TrainConfig, "Recipe keys"), (BuildConfig, "Config keys (`configs/data")])
-def test_readme_key_tables_cover_exactly_the_config_keys(schema, heading):
-    """A key added, renamed or removed in the dataclass without its README row fails here (--help lists them)."""
-    keys = set(config_keys(schema))
-    documented = readme_table_keys(heading)
-    assert documented - keys == set(), "README rows for keys that do not exist"
-    assert keys - documented == set(), "keys without a README row"
+def test_readme_key_tables_are_the_options_dataclasses():
+    """A key added, renamed, re-defaulted or re-explained in a dataclass without its README row fails here."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_keys().rendered(text) == text, \
+        "the README's key tables differ from the options dataclasses: run scripts/readme_keys.py"
+
+
+def test_the_key_tables_give_every_key_its_default_and_help():
+    table = keys_table(TrainConfig).splitlines()
+    assert len(table) == 2 + len(config_keys(TrainConfig))
+    rows = {row.split(" | ")[0].strip("| `"): row.split(" | ")[1:] for row in table[2:]}
+    assert rows["lora.r"] == ["`64`", "adapter rank |"] and rows["model"][0] == "required"
+    assert all(meaning.strip(" |") for _, meaning in rows.values()), "a key without help"
+    assert r"q_proj\|k_proj" in rows["lora.target_modules"][0]  # a pipe would split the cell
+    script = readme_keys()
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    stale = text.replace("| `lora.r` | `64` |", "| `lora.r` | `32` |")
+    assert stale != text and script.rendered(stale) == text
+    assert "`32`" not in script.rendered(stale).split("<!-- keys:sft -->")[1].split("<!-- /keys:sft -->")[0]
+    with pytest.raises(ValueError, match=r"needs one <!-- keys:data --> \.\.\. <!-- /keys:data --> region"):
+        script.rendered("no markers")

@@ -14,12 +14,13 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
 from gbtrain.annotations import load_dataset, write_level, write_manifest
-from gbtrain.config import overlapping
+from gbtrain.config import option, overlapping
 from gbtrain.converters import coco, cvat, labelme, labelstudio
 from gbtrain.converters.build import ImageFinder, PagePlanner, Plan
 from gbtrain.converters.mapping import FORMATS, ConvertMapping, load_mapping
@@ -27,10 +28,30 @@ from gbtrain.converters.sources import SourcePage
 from gbtrain.synth.generate import PageOutput, write_page
 from gbtrain.vocabulary import L1, L2, L3
 
-__all__ = ["FORMATS", "REPORT", "ConvertMapping", "convert", "load_mapping", "read_export", "summary_lines"]
+__all__ = ["FORMATS", "REPORT", "ConvertMapping", "ConvertRun", "convert", "load_mapping", "read_export",
+           "summary_lines"]
 
 REPORT = "convert_report.json"  # in OUT; its presence marks a folder this converter may replace
 _OUTPUTS = ("images", "annotations", "manifest")  # what a rerun replaces in OUT
+
+
+@dataclass
+class ConvertRun:
+    """Everything one `data_builders/convert.py` call needs; each field is one of its flags (gbtrain.cli), and
+    `overrides` are its key=value arguments: they change the mapping, not these options."""
+
+    mapping: str = option(help="YAML mapping (configs/convert/example.yaml)")
+    export: str = option(help="the export file (labelme: a folder of JSON files, or one)")
+    out: str = option(help="output folder (GradingBench layout)")
+    images: str | None = option(None, "folder holding the page images (default: the export's folder)")
+    format: str | None = option(None, "the export's tool (default: the mapping's format)", choices=FORMATS)
+    lenient: bool = option(False, "leave unmappable items out, listed in the report")
+    overrides: list[str] = option([], "key=value mapping overrides (e.g. subject=Mathematics)",
+                                  positional=True)  # (option copies a list default for each instance)
+
+    def mapping_overrides(self) -> list[str]:
+        """The mapping's key=value overrides, --format last (it wins over a format=... given too)."""
+        return [*self.overrides, *([f"format={self.format}"] if self.format else [])]
 
 
 def read_export(export: Path, mapping: ConvertMapping) -> list[SourcePage]:
