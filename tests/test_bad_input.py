@@ -1185,6 +1185,8 @@ def tiny_cases() -> list[Case]:
         Case("layers-0", TINY, ["--out", "{box}/out", "--layers", "0"], sizes, code=TINY_EXIT, outputs=()),
         Case("vision-hidden-16", TINY, ["--out", "{box}/out", "--vision-hidden", "16"], sizes, code=TINY_EXIT,
              outputs=()),
+        Case("warmup-negative", TINY, ["--out", "{box}/out", "--vision-warmup-steps", "-1"],
+             r"--vision-warmup-steps must be >= 0, got -1", code=TINY_EXIT, outputs=()),
         Case("vision-depth-0", TINY, ["--out", "{box}/out", "--vision-depth", "0"], sizes, code=TINY_EXIT, outputs=()),
         Case("hidden-not-a-number", TINY, ["--out", "{box}/out", "--hidden", "big"], r"--hidden: invalid int value",
              outputs=()),

@@ -1,0 +1,184 @@
+"""A vision warm-up for a model made from random weights: what a real VLM's pre-training gives its vision tower.
+
+A tiny Qwen2.5-VL trained from scratch on grading conversations does not learn to read: the gradient that
+reaches its vision tower through the language model is too weak, and the tower stays at chance (README,
+"Limitations"). So the tower and merger are first trained with a direct visual objective on freshly drawn
+handwriting (never the grading task, never the same image twice): which characters a crop holds (one logit
+per character, max-pooled over the image tokens, so each token learns the glyph it covers), which tokens carry
+ink, and where each token sits in the image (0-1 row and column). The last is what a box needs: Qwen2.5-VL's
+tower has no absolute position embedding, and its language model sees positions only through rotary phases,
+from which a small model trained from scratch does not learn to write coordinates; a token that carries its
+own place lets attention over the ink tokens read where an answer is as it reads what it says. The heads are
+dropped afterwards; the warmed tower is then frozen during SFT.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from PIL import Image
+
+from gbtrain.schema import Box
+
+# What the demo profile's students write: numbers, choice letters, true/false marks.
+HANDWRITING_CHARSET = "0123456789-ABCD√×"
+MERGED_PATCH = 28  # pixels per image token side (patch 14 x spatial merge 2)
+
+
+@dataclass(frozen=True)
+class WarmupOptions:
+    steps: int = 1200
+    batch: int = 16
+    lr: float = 2e-3
+    width: int = 224  # crop size in pixels; multiples of 28 so that no resize happens
+    height: int = 112
+    glyph_px: tuple[int, int] = (34, 56)  # handwriting size range
+    max_chars: int = 3
+    charset: str = HANDWRITING_CHARSET
+    position_weight: float = 5.0  # squared error of the 0-1 place against the characters' cross-entropy
+    # Share of the steps before the place is trained. From the start it crowds out the characters (a 64-wide tower
+    # read no held-out letter crop after 600 steps); learnt second, 97% are read against 99.5% without it.
+    position_from: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.width % MERGED_PATCH or self.height % MERGED_PATCH:
+            raise ValueError(f"warm-up crops must be multiples of {MERGED_PATCH} px, got {self.width}x{self.height}")
+        if self.steps < 0 or self.batch < 1 or not self.charset:
+            raise ValueError("warm-up steps >= 0, batch >= 1 and a non-empty charset are required")
+
+
+@dataclass
+class Crop:
+    image: Image.Image
+    text: str
+    ink: np.ndarray  # bool, one per pixel
+    box: Box  # tight box of the ink, in pixels
+
+
+def handwriting_crop(rng: random.Random, opts: WarmupOptions) -> Crop:
+    """A paper-coloured crop with 1..max_chars characters of the synthetic handwriting at a random place and size."""
+    from gbtrain.synth.render import HandStyle, write_hand
+
+    w, h = opts.width, opts.height
+    while True:
+        text = "".join(rng.choice(opts.charset) for _ in range(rng.randint(1, opts.max_chars)))
+        style = HandStyle.random(rng, 1.0)
+        style.size = rng.randint(*opts.glyph_px)
+        image = Image.new("RGB", (w, h), (rng.randint(232, 255),) * 3)
+        labels = Image.new("L", (w, h), 0)
+        end = write_hand(image, labels, text, rng.uniform(4, w * 0.6), rng.uniform(style.size, h - style.size * 0.35),
+                         style, 1, rng)
+        ink = np.array(labels) > 0
+        if end > w - 4 or not ink.any():
+            continue
+        ys, xs = np.nonzero(ink)
+        if ys.min() < 1 or ys.max() > h - 2:
+            continue
+        return Crop(image, text, ink, Box(float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)))
+
+
+def _token_places(rows: int, cols: int) -> np.ndarray:
+    """Each merged token's centre as (row, column) fractions of the image, in the merger's raster order."""
+    r, c = np.meshgrid((np.arange(rows) + 0.5) / rows, (np.arange(cols) + 0.5) / cols, indexing="ij")
+    return np.stack([r, c], -1).reshape(-1, 2)
+
+
+def _token_ink(ink: np.ndarray) -> np.ndarray:
+    """Which merged tokens (28x28 px, raster order as the merger emits them) hold more than a trace of ink."""
+    h, w = ink.shape
+    cells = ink.reshape(h // MERGED_PATCH, MERGED_PATCH, w // MERGED_PATCH, MERGED_PATCH).sum((1, 3))
+    return (cells > 8).reshape(-1)
+
+
+class _Batches:
+    """Fresh crops, preprocessed by the model's own image processor at the crops' native size."""
+
+    def __init__(self, opts: WarmupOptions, seed: int):
+        from transformers import Qwen2VLImageProcessor
+
+        from gbtrain.coords import PixelBudget
+        from gbtrain.tiny_model import HUB_PREPROCESSOR
+
+        settings = {k: v for k, v in HUB_PREPROCESSOR.items() if k not in ("image_processor_type", "processor_class")}
+        self.processor = Qwen2VLImageProcessor(**settings)
+        self.processor.size = PixelBudget(3136, opts.width * opts.height).processor_size()
+        self.opts, self.rng = opts, random.Random(seed)
+
+    def next(self, n: int):
+        import torch
+
+        crops = [handwriting_crop(self.rng, self.opts) for _ in range(n)]
+        enc = self.processor(images=[c.image for c in crops], return_tensors="pt")
+        chars = torch.tensor([[float(ch in c.text) for ch in self.opts.charset] for c in crops])
+        ink = torch.tensor(np.concatenate([_token_ink(c.ink) for c in crops]), dtype=torch.float32)
+        rows, cols = self.opts.height // MERGED_PATCH, self.opts.width // MERGED_PATCH
+        places = torch.tensor(np.concatenate([_token_places(rows, cols)] * n), dtype=torch.float32)
+        return enc["pixel_values"], enc["image_grid_thw"], chars, ink, places
+
+
+def warm_up_vision(model, opts: WarmupOptions = WarmupOptions(), log=print) -> dict:
+    """Train `model`'s vision tower and merger in place; return held-out accuracies (characters exactly right per
+    crop, ink per token) and the time taken, for the model folder's record."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(opts.seed)
+    visual = model.model.visual
+    width = model.config.text_config.hidden_size
+    char_head, ink_head = torch.nn.Linear(width, len(opts.charset)), torch.nn.Linear(width, 1)
+    place_head = torch.nn.Linear(width, 2)
+    params = [*visual.parameters(), *char_head.parameters(), *ink_head.parameters(), *place_head.parameters()]
+    optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.01)
+    warmup = max(1, opts.steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / max(1, opts.steps))))
+
+    def forward(pixels, grid):
+        tokens = visual(pixels, grid_thw=grid).pooler_output
+        per_image = torch.split(tokens, (grid.prod(-1) // 4).tolist())
+        return (torch.stack([char_head(t).max(0).values for t in per_image]), ink_head(tokens).squeeze(-1),
+                place_head(tokens))
+
+    held_out = [_Batches(opts, opts.seed + 10_000).next(50) for _ in range(4)]
+
+    def evaluate() -> dict:
+        visual.eval()
+        exact = crops = ink_right = tokens = 0
+        place_error = 0.0
+        with torch.no_grad():
+            for pixels, grid, chars, ink, places in held_out:
+                char_logits, ink_logits, place = forward(pixels, grid)
+                exact += ((char_logits > 0).float() == chars).all(1).sum().item()
+                crops += len(chars)
+                ink_right += ((ink_logits > 0).float() == ink).sum().item()
+                tokens += len(ink)
+                place_error += (place - places).abs().sum().item()
+        visual.train()
+        return {"chars_exact": round(exact / crops, 4), "ink_token_accuracy": round(ink_right / tokens, 4),
+                "place_mean_abs_error": round(place_error / (2 * tokens), 4)}
+
+    batches, start = _Batches(opts, opts.seed), time.time()
+    visual.train()
+    for step in range(opts.steps):
+        pixels, grid, chars, ink, places = batches.next(opts.batch)
+        char_logits, ink_logits, place = forward(pixels, grid)
+        loss = F.binary_cross_entropy_with_logits(char_logits, chars) + F.binary_cross_entropy_with_logits(ink_logits,
+                                                                                                          ink)
+        if step >= opts.position_from * opts.steps:
+            loss = loss + opts.position_weight * F.mse_loss(place, places)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        if (step + 1) % 200 == 0:
+            log(f"vision warm-up step {step + 1}/{opts.steps}: loss {loss.item():.4f}")
+    visual.eval()
+    result = {"options": asdict(opts), "held_out": evaluate(), "seconds": round(time.time() - start, 1)}
+    log(f"vision warm-up done: {result['held_out']} in {result['seconds']} s")
+    return result
