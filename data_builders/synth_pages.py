@@ -8,13 +8,12 @@ one holding any other dataset (or a generation that did not finish).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.synth.generate import SynthOptions, generate_dataset
+from gbtrain.cli import parse_options, user_errors
+from gbtrain.synth.generate import SynthOptions, SynthRun, generate_dataset
 
 RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
 
@@ -30,14 +29,7 @@ def check_out(out: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--out", required=True, help="output folder (GradingBench layout)")
-    ap.add_argument("--pages", type=int, default=700)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--wrong-share", type=float, default=0.30, help="share of wrong answers (>= 0.10)")
-    ap.add_argument("--blank-share", type=float, default=0.04, help="share of answers left blank")
-    ap.add_argument("--workers", type=int, default=None, help="processes (default: CPU count, at most 8)")
-    args = ap.parse_args()
+    args = parse_options(SynthRun, __doc__)
     start = time.perf_counter()
     with user_errors("synth_pages"):  # bad options, or an output folder that cannot be written
         check_out(args.out)

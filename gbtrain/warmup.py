@@ -33,7 +33,7 @@ MERGED_PATCH = 28  # pixels per image token side (patch 14 x spatial merge 2)
 class WarmupOptions:
     steps: int = 1200
     batch: int = 16
-    lr: float = 2e-3
+    lr: float = 1e-3  # 2e-3 sometimes leaves the letters at chance for 1,000 steps (seed luck); 1e-3 read 94%
     width: int = 224  # crop size in pixels; multiples of 28 so that no resize happens
     height: int = 112
     glyph_px: tuple[int, int] = (34, 56)  # handwriting size range
@@ -159,8 +159,9 @@ def warm_up_vision(model, opts: WarmupOptions = WarmupOptions(), log=print) -> d
                 tokens += len(ink)
                 place_error += (place - places).abs().sum().item()
         visual.train()
+        placed = opts.position_from < 1  # an untrained place head's error says nothing
         return {"chars_exact": round(exact / crops, 4), "ink_token_accuracy": round(ink_right / tokens, 4),
-                "place_mean_abs_error": round(place_error / (2 * tokens), 4)}
+                "place_mean_abs_error": round(place_error / (2 * tokens), 4) if placed else None}
 
     batches, start = _Batches(opts, opts.seed), time.time()
     visual.train()

@@ -23,6 +23,7 @@ from gbtrain.probes import RelianceRun
 from gbtrain.reports import CompareRun
 from gbtrain.scoring import ScoreRun
 from gbtrain.selection import SelectRun
+from gbtrain.synth.generate import SynthRun
 from gbtrain.tiny_model import TinyModelRun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,7 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "data_builders/convert.py": (ConvertRun, ["--mapping", "m.yaml", "--export", "e.json", "--out", "o"]),
          "scripts/image_reliance.py": (RelianceRun, ["--model", "m", "--data", "d"]),
          "scripts/make_tiny_model.py": (TinyModelRun, ["--out", "o"]),
+         "data_builders/synth_pages.py": (SynthRun, ["--out", "o"]),
          "scripts/bench_data.py": (script_options("scripts/bench_data.py", "BenchData"), []),
          "scripts/bench_eval.py": (script_options("scripts/bench_eval.py", "BenchEval"),
                                    ["--model", "m", "--data", "d"]),

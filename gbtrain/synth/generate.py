@@ -18,6 +18,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from gbtrain.annotations import write_level, write_manifest
+from gbtrain.config import option
 from gbtrain.schema import LABEL_ALIASES, STAGES, SUBJECTS, Box, Mark, Record
 from gbtrain.synth import artifacts
 from gbtrain.synth.banks import make_question
@@ -40,6 +41,18 @@ class SynthOptions:
             raise ValueError(f"wrong_share must be in [{MIN_WRONG_SHARE}, 0.9], got {self.wrong_share}")
         if not 0 <= self.blank_share <= 0.3:
             raise ValueError(f"blank_share must be in [0, 0.3], got {self.blank_share}")
+
+
+@dataclass
+class SynthRun:
+    """Everything one `data_builders/synth_pages.py` call needs; each field is one of its flags (gbtrain.cli)."""
+
+    out: str = option(help="output folder (GradingBench layout)")
+    pages: int = option(700, "pages to generate")
+    seed: int = option(0, "dataset seed (page i draws from its own generator seeded by seed and i)")
+    wrong_share: float = option(0.30, "share of wrong answers (>= 0.10)")
+    blank_share: float = option(0.04, "share of answers left blank")
+    workers: int | None = option(None, "processes (default: CPU count, at most 8)")
 
 
 @dataclass
