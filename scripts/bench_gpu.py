@@ -19,14 +19,17 @@ Record the lengths of a built set (on a machine with `datasets`):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import sys
 import time
+from dataclasses import asdict, dataclass
 
 from bench_child import emit, run_child
+
+from gbtrain.cli import parse_options, user_errors
+from gbtrain.config import option
 
 # mode -> (packed, attention, gradient checkpointing)
 MODES = {
@@ -209,40 +212,46 @@ def run_mode(args) -> dict:
             "final_loss": round(loss.item(), 4)}
 
 
+@dataclass
+class BenchGpu:
+    """The benchmark's options; each field is one of its flags (gbtrain.cli)."""
+
+    model_config: str | None = option(None, "folder with the architecture's config.json (weights are random)")
+    lengths: str | None = option(None, "recorded sample lengths (JSON from --record-lengths)")
+    modes: str = option(DEFAULT_MODES, f"comma-separated, from: {', '.join(MODES)}")
+    seconds: float = option(45.0, "timed seconds per mode (after the warm-up steps)")
+    max_steps: int = option(10**6, "at most this many timed steps per mode")
+    warmup_steps: int = option(3, "untimed first steps (flex attention compiles for the first and second shapes)")
+    naive_batch: int = option(4, "samples per padded batch (naive mode)")
+    pack_tokens: int = option(16384, "tokens per packed row")
+    finetune: str = option("lora", "what is trained", choices=("lora", "full"))
+    lora_r: int = option(64, "LoRA rank (alpha is twice it)")
+    peak_tflops: float = option(989.0, "dense bf16 peak of the GPU, for MFU")
+    record_lengths: str | None = option(None, "a built SFT folder: write the lengths of its samples and stop")
+    samples: int = option(64, "with --record-lengths: samples to record")
+    out: str | None = option(None, "with --record-lengths: the JSON file to write")
+    mode: str | None = option(None, "run this mode only, in this process (what each child runs)",
+                              choices=tuple(MODES))
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model-config", help="folder with the architecture's config.json (weights are random)")
-    ap.add_argument("--lengths", help="recorded sample lengths (JSON from --record-lengths)")
-    ap.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated, from: {', '.join(MODES)}")
-    ap.add_argument("--seconds", type=float, default=45.0, help="timed seconds per mode (after the warm-up steps)")
-    ap.add_argument("--max-steps", type=int, default=10**6, help="at most this many timed steps per mode")
-    ap.add_argument("--warmup-steps", type=int, default=3,
-                    help="untimed first steps (flex attention compiles for the first and second shapes)")
-    ap.add_argument("--naive-batch", type=int, default=4)
-    ap.add_argument("--pack-tokens", type=int, default=16384)
-    ap.add_argument("--finetune", default="lora", choices=("lora", "full"))
-    ap.add_argument("--lora-r", type=int, default=64)
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU, for MFU")
-    ap.add_argument("--record-lengths", metavar="SFT_DIR", help="write the lengths of a built set and stop")
-    ap.add_argument("--samples", type=int, default=64)
-    ap.add_argument("--out", help="with --record-lengths: the JSON file to write")
-    ap.add_argument("--mode", choices=tuple(MODES), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = parse_options(BenchGpu, __doc__)
+    with user_errors("bench_gpu"):
+        if args.record_lengths and not args.out:
+            raise ValueError("--record-lengths needs --out")
+        if not args.record_lengths and not (args.model_config and args.lengths):
+            raise ValueError("--model-config and --lengths are required")
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            raise ValueError(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
     if args.record_lengths:
-        if not args.out:
-            ap.error("--record-lengths needs --out")
         record_lengths(args.record_lengths, args.samples, args.out)
         return
-    if not (args.model_config and args.lengths):
-        ap.error("--model-config and --lengths are required")
     if args.mode:
         emit(run_mode(args))
         return
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        ap.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
-    passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+    passed = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(args).items()
               if v is not None and k not in ("modes", "mode", "record_lengths", "out", "samples")]
     results = []
     for mode in modes:

@@ -56,7 +56,8 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "scripts/bench_eval.py": (script_options("scripts/bench_eval.py", "BenchEval"),
                                    ["--model", "m", "--data", "d"]),
          "scripts/bench_score.py": (script_options("scripts/bench_score.py", "BenchScore"), []),
-         "scripts/bench_train.py": (script_options("scripts/bench_train.py", "BenchTrain"), ["--config", "c.yaml"])}
+         "scripts/bench_train.py": (script_options("scripts/bench_train.py", "BenchTrain"), ["--config", "c.yaml"]),
+         "scripts/bench_gpu.py": (script_options("scripts/bench_gpu.py", "BenchGpu"), [])}
 
 
 def shown_as(f: dataclasses.Field) -> str:
