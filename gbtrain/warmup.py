@@ -144,7 +144,8 @@ def warm_up_vision(model, opts: WarmupOptions = WarmupOptions(), log=print) -> d
         return (torch.stack([char_head(t).max(0).values for t in per_image]), ink_head(tokens).squeeze(-1),
                 place_head(tokens))
 
-    held_out = [_Batches(opts, opts.seed + 10_000).next(50) for _ in range(4)]
+    held_out_crops = _Batches(opts, opts.seed + 10_000)  # another stream than training's: unseen crops
+    held_out = [held_out_crops.next(50) for _ in range(4)]
 
     def evaluate() -> dict:
         visual.eval()
