@@ -172,7 +172,6 @@ def make_tiny_model(out: str | Path, seed: int = 0, shards: int = 2, vision_warm
     `vision_warmup`, its vision tower and merger are first trained to see handwriting (gbtrain.warmup), and
     gbtrain_warmup.json records how and how well."""
     import torch
-    from safetensors.torch import save_file
     from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
 
     out = Path(out)
@@ -182,8 +181,30 @@ def make_tiny_model(out: str | Path, seed: int = 0, shards: int = 2, vision_warm
     config = hub_config(tokenizer, **sizes)
     _write_json(out / "config.json", config)
     model = Qwen2_5_VLForConditionalGeneration(AutoConfig.from_pretrained(out)).eval()
-    if vision_warmup is not None:
-        _write_json(out / "gbtrain_warmup.json", warm_up_vision(model, vision_warmup))
+    pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
+    _write_json(out / "generation_config.json", {
+        "bos_token_id": pad, "pad_token_id": pad, "do_sample": True, "eos_token_id": [eos, pad],
+        "repetition_penalty": 1.05, "temperature": 1e-06, "transformers_version": "4.37.0"})
+    _write_json(out / "preprocessor_config.json", HUB_PREPROCESSOR)
+    tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
+    tokenizer.backend_tokenizer.model.save(str(out))  # vocab.json and merges.txt
+    _write_json(out / "tokenizer_config.json", _tokenizer_config(tokenizer))
+    _write_json(out / "chat_template.json", {"chat_template": stock_chat_template()})
+    if vision_warmup is not None:  # after the processor files: the crops go through the model's own processor
+        from gbtrain.coords import PixelBudget
+        from gbtrain.modeling import load_processor
+
+        budget = PixelBudget(3136, vision_warmup.width * vision_warmup.height)
+        record = warm_up_vision(model, vision_warmup, load_processor(str(out), budget).image_processor)
+        _write_json(out / "gbtrain_warmup.json", record)
+    _write_weights(model, out, shards)  # last: a folder without weights is visibly unfinished
+    return out
+
+
+def _write_weights(model, out: Path, shards: int) -> None:
+    """The state dict as the hub shards it: `model-0000N-of-0000M.safetensors` under the hub's names, and the index."""
+    from safetensors.torch import save_file
+
     tensors = {_hub_tensor_name(k): v.contiguous() for k, v in model.state_dict().items()}
     names = sorted(tensors)
     weight_map = {}
@@ -194,16 +215,6 @@ def make_tiny_model(out: str | Path, seed: int = 0, shards: int = 2, vision_warm
         weight_map.update(dict.fromkeys(part, shard))
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     _write_json(out / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
-    pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
-    _write_json(out / "generation_config.json", {
-        "bos_token_id": pad, "pad_token_id": pad, "do_sample": True, "eos_token_id": [eos, pad],
-        "repetition_penalty": 1.05, "temperature": 1e-06, "transformers_version": "4.37.0"})
-    _write_json(out / "preprocessor_config.json", HUB_PREPROCESSOR)
-    tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
-    tokenizer.backend_tokenizer.model.save(str(out))  # vocab.json and merges.txt
-    _write_json(out / "tokenizer_config.json", _tokenizer_config(tokenizer))
-    _write_json(out / "chat_template.json", {"chat_template": stock_chat_template()})
-    return out
 
 
 def make_tiny_qwen3(out: str | Path, seed: int = 0) -> Path:

@@ -96,18 +96,10 @@ def _token_ink(ink: np.ndarray) -> np.ndarray:
 
 
 class _Batches:
-    """Fresh crops, preprocessed by the model's own image processor at the crops' native size."""
+    """Fresh crops, preprocessed by the model's own image processor (its budget keeps the crops' native size)."""
 
-    def __init__(self, opts: WarmupOptions, seed: int):
-        from transformers import Qwen2VLImageProcessor
-
-        from gbtrain.coords import PixelBudget
-        from gbtrain.tiny_model import HUB_PREPROCESSOR
-
-        settings = {k: v for k, v in HUB_PREPROCESSOR.items() if k not in ("image_processor_type", "processor_class")}
-        self.processor = Qwen2VLImageProcessor(**settings)
-        self.processor.size = PixelBudget(3136, opts.width * opts.height).processor_size()
-        self.opts, self.rng = opts, random.Random(seed)
+    def __init__(self, opts: WarmupOptions, seed: int, image_processor):
+        self.processor, self.opts, self.rng = image_processor, opts, random.Random(seed)
 
     def next(self, n: int):
         import torch
@@ -121,9 +113,10 @@ class _Batches:
         return enc["pixel_values"], enc["image_grid_thw"], chars, ink, places
 
 
-def warm_up_vision(model, opts: WarmupOptions = WarmupOptions(), log=print) -> dict:
-    """Train `model`'s vision tower and merger in place; return held-out accuracies (characters exactly right per
-    crop, ink per token) and the time taken, for the model folder's record."""
+def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> dict:
+    """Train `model`'s vision tower and merger in place on crops prepared by `image_processor` (gbtrain.modeling.
+    load_processor's, with a budget of at least the crop's area); return held-out accuracies (characters exactly
+    right per crop, ink per token, the place error) and the time taken, for the model folder's record."""
     import torch
     import torch.nn.functional as F
 
@@ -144,7 +137,7 @@ def warm_up_vision(model, opts: WarmupOptions = WarmupOptions(), log=print) -> d
         return (torch.stack([char_head(t).max(0).values for t in per_image]), ink_head(tokens).squeeze(-1),
                 place_head(tokens))
 
-    held_out_crops = _Batches(opts, opts.seed + 10_000)  # another stream than training's: unseen crops
+    held_out_crops = _Batches(opts, opts.seed + 10_000, image_processor)  # another stream than training's: unseen crops
     held_out = [held_out_crops.next(50) for _ in range(4)]
 
     def evaluate() -> dict:
@@ -164,7 +157,7 @@ def warm_up_vision(model, opts: WarmupOptions = WarmupOptions(), log=print) -> d
         return {"chars_exact": round(exact / crops, 4), "ink_token_accuracy": round(ink_right / tokens, 4),
                 "place_mean_abs_error": round(place_error / (2 * tokens), 4) if placed else None}
 
-    batches, start = _Batches(opts, opts.seed), time.time()
+    batches, start = _Batches(opts, opts.seed, image_processor), time.time()
     visual.train()
     for step in range(opts.steps):
         pixels, grid, chars, ink, places = batches.next(opts.batch)

@@ -65,3 +65,29 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="charset"):
         WarmupOptions(charset="")
 
+
+
+def test_make_tiny_model_warms_the_vision_tower_only_and_records_it(tmp_path):
+    """The path `make_tiny_model.py --vision-warmup-steps` runs: the tower and merger change, the language model
+    does not, the folder stays loadable, and gbtrain_warmup.json says how it was made and how well it scored."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from gbtrain.tiny_model import make_tiny_model
+
+    def weights(folder):
+        return {k: v for f in sorted(folder.glob("model-*.safetensors")) for k, v in load_file(f).items()}
+
+    plain = weights(make_tiny_model(tmp_path / "plain"))
+    opts = WarmupOptions(steps=3, batch=2, position_from=0.0)
+    warmed_dir = make_tiny_model(tmp_path / "warmed", vision_warmup=opts)
+    warmed = weights(warmed_dir)
+    assert plain.keys() == warmed.keys()
+    changed = {k for k in plain if not (plain[k] == warmed[k]).all()}
+    assert changed and all(k.startswith("visual.") for k in changed)
+    assert any(k.startswith("visual.merger.") for k in changed) and any(".blocks." in k for k in changed)
+    record = json.loads((warmed_dir / "gbtrain_warmup.json").read_text())
+    assert record["options"]["steps"] == 3 and record["options"]["charset"] == opts.charset
+    assert set(record["held_out"]) == {"chars_exact", "ink_token_accuracy", "place_mean_abs_error"}
+    assert record["held_out"]["place_mean_abs_error"] is not None
