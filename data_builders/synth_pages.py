@@ -1,6 +1,6 @@
 """Write a synthetic exam-page dataset in the GradingBench layout (the embedded default data).
 
-    python data_builders/synth_pages.py --out runs/synth --pages 700 --seed 0 [--wrong-share 0.3]
+    python data_builders/synth_pages.py --out runs/synth --pages 700 --seed 0 [--profile legible] [--wrong-share 0.3]
 
 The folder records its options in synth_pages.json, written last: a rerun may replace such a folder, and refuses
 one holding any other dataset (or a generation that did not finish).
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.synth.generate import SynthOptions, SynthRun, generate_dataset
+from gbtrain.synth.generate import SynthRun, generate_dataset
 
 RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
 
@@ -33,9 +34,9 @@ def main() -> None:
     start = time.perf_counter()
     with user_errors("synth_pages"):  # bad options, or an output folder that cannot be written
         check_out(args.out)
-        levels = generate_dataset(args.out, args.pages, args.seed, SynthOptions(args.wrong_share, args.blank_share),
-                                  workers=args.workers)
-        record = {k: getattr(args, k) for k in ("pages", "seed", "wrong_share", "blank_share")}
+        options = args.options()
+        levels = generate_dataset(args.out, args.pages, args.seed, options, workers=args.workers)
+        record = {"pages": args.pages, "seed": args.seed, "profile": args.profile, **asdict(options)}
         (Path(args.out) / RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
     counts = ", ".join(f"{lvl}: {len(recs)} records" for lvl, recs in sorted(levels.items()))
     print(f"wrote {args.pages} pages to {args.out} in {time.perf_counter() - start:.1f} s ({counts})")

@@ -88,6 +88,40 @@ def test_wrong_share_floor():
         SynthOptions(wrong_share=0.05)
 
 
+def test_the_legible_profile_draws_large_elementary_mathematics():
+    """The CPU demo's pages: only what its options allow, and handwriting that stays about one image token tall
+    when a page is shrunk to the demo's full budget of 324 tokens (scripts/demo.sh --full)."""
+    from gbtrain.coords import PixelBudget
+    from gbtrain.synth.generate import PROFILES
+
+    opts, budget = PROFILES["legible"], PixelBudget(3136, 324 * 28 * 28)
+    records = [generate_page(2, i, opts).l3 for i in range(10)]
+    marks = [m for r in records for m in r.marks]
+    assert {r.subject for r in records} == {"Mathematics"} and {m.stage for m in marks} == {"Elementary"}
+    assert {m.question_type for m in marks} == {"Fill-in-the-blank", "Multiple-choice", "True-False"}
+    assert all(len(r.marks) >= opts.min_answers for r in records)
+    digit_heights = []
+    for r in records:
+        _, resized_height = budget.resized(r.width, r.height)
+        for m in r.marks:
+            if any(c.isdigit() for c in m.hand):
+                ys = [y for _, y in m.points]
+                digit_heights.append((max(ys) - min(ys)) * resized_height / r.height)
+    assert min(digit_heights) >= 16 and np.median(digit_heights) >= 20, sorted(digit_heights)[:5]
+    # against the benchmark's mix, where the same page would show handwriting under 10 px
+    default = generate_page(2, 0).l3
+    _, default_height = budget.resized(default.width, default.height)
+    hand = [max(y for _, y in m.points) - min(y for _, y in m.points) for m in default.marks if m.hand]
+    assert np.median(hand) * default_height / default.height < 10
+
+
+@pytest.mark.parametrize("bad", [{"subjects": ()}, {"subjects": ("Music",)}, {"stages": ("College",)},
+                                 {"question_types": ("Essay",)}, {"scale": 9.0}, {"min_answers": 0}])
+def test_synth_options_refuse_what_the_generator_cannot_draw(bad):
+    with pytest.raises(ValueError):
+        SynthOptions(**bad)
+
+
 def test_wrong_answers_differ_from_right_ones():
     rng = random.Random(1)
     for subject, kinds in BANKS.items():
@@ -144,7 +178,7 @@ def test_the_built_wheel_generates_a_page(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--pages", "0"], ["--wrong-share", "0.01"], ["--workers", "0"],
-                                  ["--out", "/proc/no-such-place/x"]])
+                                  ["--out", "/proc/no-such-place/x"], ["--profile", "huge"]])
 def test_synth_pages_bad_options_end_in_one_line(tmp_path, args):
     import subprocess
     import sys

@@ -11,7 +11,7 @@ import os
 import random
 import shutil
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from PIL import Image
@@ -21,12 +21,11 @@ from gbtrain.annotations import write_level, write_manifest
 from gbtrain.config import option
 from gbtrain.schema import LABEL_ALIASES, STAGES, SUBJECTS, Box, Mark, Record
 from gbtrain.synth import artifacts
-from gbtrain.synth.banks import make_question
+from gbtrain.synth.banks import CHOICE, FILL, QUESTION_TYPES, TF, make_question
 from gbtrain.synth.render import DrawnQuestion, question_mix, render_clean_page
 from gbtrain.vocabulary import L1, L2, L3
 
 MIN_WRONG_SHARE = 0.10
-MIN_ANSWERS_PER_PAGE = 5
 L1_MARGIN = 0.04  # crop margin around a question, as a fraction of the page width
 
 
@@ -35,12 +34,38 @@ class SynthOptions:
     wrong_share: float = 0.30
     blank_share: float = 0.04
     page_width: tuple[int, int] = (1000, 1240)  # width range; height follows an A4-like ratio
+    subjects: tuple[str, ...] = SUBJECTS
+    stages: tuple[str, ...] = STAGES
+    question_types: tuple[str, ...] = QUESTION_TYPES
+    scale: float = 1.0  # print and handwriting size against the page: larger means fewer, bigger questions
+    two_column_share: float = 0.35
+    question_slots: int = 16  # questions drawn for a page, in section order; those that do not fit are skipped
+    min_answers: int = 5  # a page with fewer is laid out again
 
     def __post_init__(self):
         if not MIN_WRONG_SHARE <= self.wrong_share <= 0.9:
             raise ValueError(f"wrong_share must be in [{MIN_WRONG_SHARE}, 0.9], got {self.wrong_share}")
         if not 0 <= self.blank_share <= 0.3:
             raise ValueError(f"blank_share must be in [0, 0.3], got {self.blank_share}")
+        for name, chosen, known in (("subjects", self.subjects, SUBJECTS), ("stages", self.stages, STAGES),
+                                    ("question_types", self.question_types, QUESTION_TYPES)):
+            if not chosen or not set(chosen) <= set(known):
+                raise ValueError(f"{name} must be a non-empty subset of {', '.join(known)}, got {chosen}")
+        if not 0.5 <= self.scale <= 4 or not 0 <= self.two_column_share <= 1 or self.min_answers < 1 \
+                or self.question_slots < 1:
+            raise ValueError(f"scale must be in [0.5, 4], two_column_share in [0, 1], min_answers and question_slots "
+                             f">= 1, got {self.scale}, {self.two_column_share}, {self.min_answers}, "
+                             f"{self.question_slots}")
+
+
+# Named generator settings. "legible" is the demo's: Elementary mathematics answered in digits, choice letters and
+# ticks, drawn 2.5 times larger on one column, so that a page shrunk to a few hundred image tokens (what a CPU can
+# train on) still shows each handwritten answer at least one token (28 px) tall.
+PROFILES = {
+    "gradingbench": SynthOptions(),
+    "legible": SynthOptions(subjects=("Mathematics",), stages=("Elementary",), question_types=(FILL, CHOICE, TF),
+                            scale=2.5, two_column_share=0.0, question_slots=4, min_answers=3),
+}
 
 
 @dataclass
@@ -50,9 +75,18 @@ class SynthRun:
     out: str = option(help="output folder (GradingBench layout)")
     pages: int = option(700, "pages to generate")
     seed: int = option(0, "dataset seed (page i draws from its own generator seeded by seed and i)")
-    wrong_share: float = option(0.30, "share of wrong answers (>= 0.10)")
-    blank_share: float = option(0.04, "share of answers left blank")
+    profile: str = option("gradingbench", "generator settings (gbtrain.synth.generate.PROFILES): gradingbench "
+                          "(the benchmark's mix) or legible (large Elementary mathematics, for the CPU demo)")
+    wrong_share: float | None = option(None, "share of wrong answers (>= 0.10; default: the profile's, 0.30)")
+    blank_share: float | None = option(None, "share of answers left blank (default: the profile's, 0.04)")
     workers: int | None = option(None, "processes (default: CPU count, at most 8)")
+
+    def options(self) -> SynthOptions:
+        if self.profile not in PROFILES:
+            raise ValueError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
+        shares = {k: v for k, v in (("wrong_share", self.wrong_share), ("blank_share", self.blank_share))
+                  if v is not None}
+        return replace(PROFILES[self.profile], **shares)
 
 
 @dataclass
@@ -99,25 +133,26 @@ def render_page(seed: int, index: int, options: SynthOptions = SynthOptions(),
                 ink_visible: bool = True) -> RenderedPage:
     """Lay out, draw and scan page `index` of dataset `seed` (no annotation yet)."""
     rng = random.Random(f"gbtrain-synth-{seed}-{index}")
-    subject = SUBJECTS[index % len(SUBJECTS)] if rng.random() < 0.5 else rng.choice(SUBJECTS)
-    stage = rng.choice(STAGES)
+    subjects = options.subjects
+    subject = subjects[index % len(subjects)] if rng.random() < 0.5 else rng.choice(subjects)
+    stage = rng.choice(options.stages)
     width = rng.randint(*options.page_width)
     size = (width, round(width * rng.uniform(1.33, 1.45)))
-    columns = 2 if rng.random() < 0.35 else 1
+    columns = 2 if rng.random() < options.two_column_share else 1
     for _attempt in range(4):
         questions: list = []
-        for qtype in question_mix(rng, 16):
+        for qtype in question_mix(rng, options.question_slots, options.question_types):
             for _ in range(6):  # avoid printing the same stem twice on one page
                 q = make_question(rng, subject, qtype, stage)
                 if all(q.stem != other.stem for other in questions):
                     break
             questions.append(q)
         clean = render_clean_page(rng, subject, stage, questions, size, columns, options.wrong_share,
-                                  options.blank_share, ink_visible)
-        if sum(len(q.answers) for q in clean.questions) >= MIN_ANSWERS_PER_PAGE:
+                                  options.blank_share, ink_visible, options.scale)
+        if sum(len(q.answers) for q in clean.questions) >= options.min_answers:
             break
     else:
-        raise RuntimeError(f"page {index}: could not place {MIN_ANSWERS_PER_PAGE} answers")
+        raise RuntimeError(f"page {index}: could not place {options.min_answers} answers")
     photo, labels, h = artifacts.scan(clean.image, clean.labels, rng)
     return RenderedPage(subject, stage, photo, labels, h, clean.questions, rng)
 

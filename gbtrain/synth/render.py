@@ -19,7 +19,9 @@ from gbtrain.synth import fonts
 from gbtrain.synth.banks import (
     CHOICE,
     EXAM_TITLES,
+    FILL,
     GRADES,
+    QUESTION_TYPES,
     SECTION_TITLES,
     SOLVE,
     TF,
@@ -341,25 +343,27 @@ def tight_box(img: Image.Image) -> tuple[int, int, int, int] | None:
 
 def render_clean_page(rng: random.Random, subject: str, stage: str, questions: list[Question],
                       size: tuple[int, int], columns: int, wrong_share: float, blank_share: float,
-                      ink_visible: bool = True) -> CleanPage:
-    """Place questions section by section, column by column, until the page is full."""
+                      ink_visible: bool = True, scale: float = 1.0) -> CleanPage:
+    """Place questions section by section, column by column, until the page is full; `scale` draws print and
+    handwriting that much larger against the page."""
     w, h = size
-    unit = w / BASE_WIDTH
+    page_unit = w / BASE_WIDTH  # the header and margins keep the page's own size
+    unit = page_unit * scale
     page = Image.new("RGB", size, (255, 255, 255))
     labels = Image.new("L", size, 0)
     draw = ImageDraw.Draw(page)
     style = HandStyle.random(rng, unit)
     style.visible = ink_visible
-    margin, gap = round(70 * unit), round(50 * unit)
+    margin, gap = round(70 * page_unit), round(50 * page_unit)
     zh = subject != "English"
     grade = rng.choice(GRADES[stage])
     title = f"{grade}{EXAM_TITLES[subject]}{rng.choice(TITLE_SUFFIXES)}"
-    tsize = round(40 * unit)
+    tsize = round(40 * page_unit)
     _draw_print(draw, (w - fonts.text_width("print", title, tsize)) / 2, margin + tsize, title, tsize)
     info = INFO_LINE
-    isize = round(24 * unit)
-    _draw_print(draw, (w - fonts.text_width("print", info, isize)) / 2, margin + tsize + 60 * unit, info, isize)
-    top = round(margin + tsize + 100 * unit)
+    isize = round(24 * page_unit)
+    _draw_print(draw, (w - fonts.text_width("print", info, isize)) / 2, margin + tsize + 60 * page_unit, info, isize)
+    top = round(margin + tsize + 100 * page_unit)
     col_w = (w - 2 * margin - gap * (columns - 1)) // columns
     col, y = 0, top
     placed: list[DrawnQuestion] = []
@@ -396,11 +400,9 @@ def render_clean_page(rng: random.Random, subject: str, stage: str, questions: l
     return CleanPage(page, labels, placed)
 
 
-def question_mix(rng: random.Random, n: int) -> list[str]:
-    """Question types for a page, in section order, with every type likely present."""
-    from gbtrain.synth.banks import FILL
-
-    weights = {FILL: 4, CHOICE: 2, TF: 2, SOLVE: 1.2}
+def question_mix(rng: random.Random, n: int, types: tuple[str, ...] = QUESTION_TYPES) -> list[str]:
+    """Question types for a page, in section order, with every one of `types` likely present."""
+    weights = {t: w for t, w in {FILL: 4, CHOICE: 2, TF: 2, SOLVE: 1.2}.items() if t in types}
     types = rng.choices(list(weights), weights=list(weights.values()), k=n)
     order = [FILL, CHOICE, TF, SOLVE]
     return sorted(types, key=order.index)
