@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from gbtrain.warmup import MERGED_PATCH, WarmupOptions, _token_ink, _token_places, handwriting_crop
+from gbtrain.warmup import MERGED_PATCH, WarmupOptions, _token_classes, _token_places, handwriting_crop
 
 
 def test_crops_hold_their_text_inside_the_image():
@@ -20,14 +20,18 @@ def test_crops_hold_their_text_inside_the_image():
         assert 0 <= crop.box.x1 < crop.box.x2 <= opts.width and 0 <= crop.box.y1 < crop.box.y2 <= opts.height
         ys, xs = np.nonzero(crop.ink)
         assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == tuple(crop.box.as_list())
+        # each glyph's ink is labelled with its character, the ink of every character is there, and nothing else
+        drawn = {"AB7"[c - 1] for c in np.unique(crop.classes[crop.ink]).tolist()}
+        assert drawn == set(crop.text)
         # the ink is drawn where the label map says: darker than the paper around it
         pixels = np.asarray(crop.image.convert("L"), dtype=float)
         assert pixels[crop.ink].mean() < pixels[~crop.ink].mean() - 60
 
 
 def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
-    """Ink in one 28x28 cell marks the token the vision tower emits for that cell, and that token's place is the
-    cell's centre: checked against the real processor and tower by painting one cell and seeing which output moves."""
+    """A character's ink in one 28x28 cell labels the token the vision tower emits for that cell, and that token's
+    place is the cell's centre: checked against the real processor and tower by painting one cell and seeing which
+    output moves."""
     import torch
     from PIL import Image
     from transformers import AutoModelForImageTextToText
@@ -36,10 +40,12 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
     from gbtrain.modeling import load_processor
 
     w, h, row, col = 5 * MERGED_PATCH, 3 * MERGED_PATCH, 1, 3
-    ink = np.zeros((h, w), bool)
-    ink[row * 28 + 4:row * 28 + 24, col * 28 + 4:col * 28 + 24] = True
-    marked = _token_ink(ink)
-    assert marked.sum() == 1 and int(np.argmax(marked)) == row * 5 + col
+    classes = np.zeros((h, w), np.uint8)
+    classes[row * 28 + 4:row * 28 + 24, col * 28 + 4:col * 28 + 24] = 3
+    classes[0:2, 0:2] = 5  # a trace of ink (4 px) is paper
+    marked = _token_classes(classes, n_classes=6)
+    assert marked.tolist() == [3 if i == row * 5 + col else 0 for i in range(15)]
+    ink = classes == 3
     places = _token_places(3, 5)
     assert places[row * 5 + col] == pytest.approx([(row + 0.5) / 3, (col + 0.5) / 5])
 
@@ -89,5 +95,5 @@ def test_make_tiny_model_warms_the_vision_tower_only_and_records_it(tmp_path):
     assert any(k.startswith("visual.merger.") for k in changed) and any(".blocks." in k for k in changed)
     record = json.loads((warmed_dir / "gbtrain_warmup.json").read_text())
     assert record["options"]["steps"] == 3 and record["options"]["charset"] == opts.charset
-    assert set(record["held_out"]) == {"chars_exact", "ink_token_accuracy", "place_mean_abs_error"}
+    assert set(record["held_out"]) == {"chars_exact", "ink_token_chars", "ink_token_accuracy", "place_mean_abs_error"}
     assert record["held_out"]["place_mean_abs_error"] is not None
