@@ -139,7 +139,7 @@ def render_page(seed: int, index: int, options: SynthOptions = SynthOptions(),
     width = rng.randint(*options.page_width)
     size = (width, round(width * rng.uniform(1.33, 1.45)))
     columns = 2 if rng.random() < options.two_column_share else 1
-    for _attempt in range(4):
+    for _attempt in range(16):  # a page whose questions leave too few answers is laid out again
         questions: list = []
         for qtype in question_mix(rng, options.question_slots, options.question_types):
             for _ in range(6):  # avoid printing the same stem twice on one page
