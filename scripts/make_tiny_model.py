@@ -1,6 +1,8 @@
 """Build the tiny, locally made Qwen2.5-VL used by the tests and the demo (no hub access).
 
-    python scripts/make_tiny_model.py --out runs/tiny-qwen25vl [--hidden 128 --layers 2] [--vision-warmup-steps 1200]
+    python scripts/make_tiny_model.py --out runs/tiny-qwen25vl [--hidden 128 --layers 2]
+    python scripts/make_tiny_model.py --out runs/tiny-reader --vision-hidden 128 --vision-depth 3 \
+        --vision-warmup-steps 2000
 
 It is shaped like the hub's Qwen/Qwen2.5-VL-7B-Instruct (same files and keys, the hub's processor
 budget and sampling defaults included), so the pixel budget of training and evaluation comes from
