@@ -7,7 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from gbtrain.warmup import MERGED_PATCH, WarmupOptions, _token_classes, _token_places, handwriting_crop
+from gbtrain.coords import PATCH_FACTOR
+from gbtrain.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop
 
 
 def test_crops_hold_their_text_inside_the_image():
@@ -39,7 +40,7 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
     from gbtrain.coords import PixelBudget
     from gbtrain.modeling import load_processor
 
-    w, h, row, col = 5 * MERGED_PATCH, 3 * MERGED_PATCH, 1, 3
+    w, h, row, col = 5 * PATCH_FACTOR, 3 * PATCH_FACTOR, 1, 3
     classes = np.zeros((h, w), np.uint8)
     classes[row * 28 + 4:row * 28 + 24, col * 28 + 4:col * 28 + 24] = 3
     classes[0:2, 0:2] = 5  # a trace of ink (4 px) is paper
