@@ -24,6 +24,7 @@ import torch
 
 from gbtrain.attention import SEQ_LENS_KEY
 from gbtrain.conversations import with_image_placeholder
+from gbtrain.families import family_of_config
 
 IGNORE_INDEX = -100
 
@@ -89,13 +90,12 @@ class RopeIndex:
     """The model's own mRoPE index logic without its weights (picklable for dataloader workers)."""
 
     def __init__(self, config):
-        from transformers import Qwen2_5_VLModel, Qwen2VLModel
+        import transformers
 
-        model_cls = {"qwen2_5_vl": Qwen2_5_VLModel, "qwen2_vl": Qwen2VLModel}.get(config.model_type)
-        if model_cls is None:
-            raise ValueError(f"packing needs Qwen2-VL/Qwen2.5-VL mRoPE; model_type {config.model_type!r} is not one")
+        family = family_of_config(config)  # raises for a model gbtrain does not know
+        # the family's backbone class for this model type (Qwen2VLModel for qwen2_vl, Qwen3VLMoeModel for the MoE)
+        self._cls = getattr(transformers, family.backbone_classes[family.model_types.index(config.model_type)])
         self.config = config
-        self._cls = model_cls
 
     def __call__(self, sample: EncodedSample) -> torch.Tensor:
         """(3, L) mRoPE position ids of one sample."""

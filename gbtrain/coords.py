@@ -1,4 +1,4 @@
-"""Coordinates: the Qwen2.5-VL resize rule and every box convention, in one place.
+"""Coordinates: the Qwen-VL resize rule and every box convention, in one place.
 
 Annotations hold boxes in original-image pixels. A model reads and writes boxes in its own
 convention; the builder (targets), the evaluator (L2 regions, parsing) and the scorer all convert
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from PIL import Image
 
+from gbtrain.families import DEFAULT_FAMILY, FAMILIES
 from gbtrain.schema import Box
 
-PATCH_FACTOR = 28  # Qwen2.5-VL: 14 px patches merged 2x2
 MAX_ASPECT_RATIO = 200
 CONVENTIONS = ("qwen25", "abs", "rel1000", "rel1000-yxyx", "rel1", "rel1-cxcywh")
 _REL1_DECIMALS = 4
@@ -34,25 +34,38 @@ _REL1_DECIMALS = 4
 class PixelBudget:
     """The min/max pixel setting that builder, trainer and evaluator share (one config value).
 
-    Defaults are the GradingBench reference runs: min 224*224, max 2200*28*28 (about 1.7 Mpx).
+    Defaults are the GradingBench reference runs: min 224*224, max 2200*28*28 (about 1.7 Mpx). `factor` is the
+    model family's image side per LLM token (gbtrain.families: 28 for Qwen2.5-VL, 32 for Qwen3-VL); the
+    builder, trainer and evaluator check it against the model they are given.
     """
 
     min_pixels: int = field(default=224 * 224, metadata={"help": "smaller images are scaled up"})
     max_pixels: int = field(default=2200 * 28 * 28, metadata={"help": "larger images are scaled down (smart_resize)"})
+    factor: int = field(default=DEFAULT_FAMILY.patch_factor, metadata={
+        "help": "image side per LLM token in px: the model family's (28 Qwen2.5-VL, 32 Qwen3-VL)"})
 
     def __post_init__(self):
         if not (0 < self.min_pixels <= self.max_pixels):
             raise ValueError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+        factors = sorted({f.patch_factor for f in FAMILIES})
+        if self.factor not in factors:
+            raise ValueError(f"vision.factor={self.factor!r}: the supported model families use {factors}")
 
     def resized(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) of the image as the model sees it."""
-        h, w = smart_resize(height, width, PATCH_FACTOR, self.min_pixels, self.max_pixels)
+        h, w = smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
         return w, h
 
     def image_tokens(self, width: int, height: int) -> int:
-        """LLM tokens one image costs (one per 28x28 merged patch)."""
+        """LLM tokens one image costs (one per factor x factor merged patch)."""
         w, h = self.resized(width, height)
-        return (w // PATCH_FACTOR) * (h // PATCH_FACTOR)
+        return (w // self.factor) * (h // self.factor)
+
+    def check_family(self, family, model: str) -> None:
+        """Refuse a budget cut for another family's tokens (its token counts and qwen25 boxes would be wrong)."""
+        if self.factor != family.patch_factor:
+            raise ValueError(f"vision.factor={self.factor} but {model} is {family.name}, whose image tokens are "
+                             f"{family.patch_factor} px: set vision.factor={family.patch_factor}")
 
     def resize(self, image):
         """A PIL image at the size the model sees (for endpoints that cannot be told the budget)."""
@@ -68,11 +81,12 @@ class PixelBudget:
         return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
 
 
-def smart_resize(height: int, width: int, factor: int = PATCH_FACTOR, min_pixels: int = 56 * 56,
+def smart_resize(height: int, width: int, factor: int = DEFAULT_FAMILY.patch_factor, min_pixels: int = 56 * 56,
                  max_pixels: int = 14 * 14 * 4 * 1280) -> tuple[int, int]:
     """(height, width), both multiples of `factor`, pixel count within [min, max], aspect kept.
 
-    The exact rule of the Qwen2-VL/Qwen2.5-VL image processor; tests check it against the processor.
+    The exact rule of the Qwen2-VL image processor that Qwen2.5-VL and Qwen3-VL share (with their own factor);
+    tests check it against each family's processor.
     """
     if min(height, width) <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
@@ -165,20 +179,22 @@ class CheckpointRecord:
 
 def write_checkpoint_record(folder: str | Path, record: CheckpointRecord) -> None:
     data = {"coords": record.coords, "min_pixels": record.budget.min_pixels, "max_pixels": record.budget.max_pixels,
-            "l2_margin": record.l2_margin}
+            "factor": record.budget.factor, "l2_margin": record.l2_margin}
     (Path(folder) / CHECKPOINT_RECORD).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def read_checkpoint_record(folder: str | Path) -> CheckpointRecord | None:
     """What the recipe recorded in a checkpoint folder; None for any other checkpoint. A record written before
-    the margin was recorded carries the builder's default margin, which is what its data was built with."""
+    the margin (or the factor) was recorded carries the builder's default margin (Qwen2.5-VL's 28 px factor), which
+    is what its data was built with."""
     path = Path(folder) / CHECKPOINT_RECORD
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        record = CheckpointRecord(data["coords"], PixelBudget(int(data["min_pixels"]), int(data["max_pixels"])),
-                                  float(data.get("l2_margin", DEFAULT_L2_MARGIN)))
+        budget = PixelBudget(int(data["min_pixels"]), int(data["max_pixels"]),
+                             int(data.get("factor", DEFAULT_FAMILY.patch_factor)))
+        record = CheckpointRecord(data["coords"], budget, float(data.get("l2_margin", DEFAULT_L2_MARGIN)))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a gbtrain checkpoint record ({e})") from None
     if record.coords not in CONVENTIONS:
@@ -188,10 +204,12 @@ def read_checkpoint_record(folder: str | Path) -> CheckpointRecord | None:
     return record
 
 # Which convention a model family was trained with (GradingBench format note). Keys are matched
-# against a config.json `model_type` or a model name, lowercased, first match wins.
+# against a config.json `model_type` or a model name, lowercased, first match wins. The families gbtrain trains
+# (gbtrain.families) say their own; the rest are models it evaluates.
 _FAMILY_CONVENTIONS = (
-    ("qwen2_5_vl", "qwen25"), ("qwen2.5-vl", "qwen25"), ("qwen2_vl", "qwen25"), ("qwen2-vl", "qwen25"),
-    ("qwen3", "rel1000"), ("internvl", "rel1000"), ("glm", "rel1000"), ("gemma", "rel1000"),
+    *((t, f.native_coords) for f in FAMILIES for t in f.model_types),
+    ("qwen2.5-vl", "qwen25"), ("qwen2-vl", "qwen25"), ("qwen3", "rel1000"), ("internvl", "rel1000"),
+    ("glm", "rel1000"), ("gemma", "rel1000"),
     ("gemini", "rel1000-yxyx"), ("claude", "abs"), ("kimi", "rel1"), ("deepseek", "rel1"),
     ("gpt", "rel1-cxcywh"),
 )

@@ -41,6 +41,7 @@ from gbtrain.coords import (
     read_checkpoint_record,
     to_model,
 )
+from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.parsing import parse_response
 from gbtrain.schema import Record
@@ -107,7 +108,9 @@ def default_budget(model: str) -> PixelBudget:
     """The pixel budget the recipe recorded in the checkpoint (its training data's), else GradingBench's.
     A hub checkpoint's own processor keys (e.g. max_pixels 12845056) are never the evaluation budget."""
     recorded = read_checkpoint_record(model)
-    return recorded.budget if recorded else PixelBudget()
+    if recorded:
+        return recorded.budget
+    return PixelBudget(factor=(family_of_model(model) or DEFAULT_FAMILY).patch_factor)
 
 
 def default_l2_margin(model: str) -> float:
@@ -496,7 +499,7 @@ def plan_run(run: EvalRun) -> RunPlan:
         raise ValueError(f"--coords {coords!r}: unknown coordinate convention; choose one of {', '.join(CONVENTIONS)}")
     base_budget = default_budget(run.model)
     budget = PixelBudget(base_budget.min_pixels if run.min_pixels is None else run.min_pixels,
-                         base_budget.max_pixels if run.max_pixels is None else run.max_pixels)
+                         base_budget.max_pixels if run.max_pixels is None else run.max_pixels, base_budget.factor)
     l2_margin = default_l2_margin(run.model) if run.l2_margin is None else run.l2_margin
     memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
     return RunPlan(coords, budget, l2_margin, parse_settings(run.settings, run.three_turn), memory,

@@ -1,8 +1,8 @@
 """Model setup for SFT: loading (pretrained or random init), GPU-only option checks, freezing,
 LoRA / QLoRA, optimizer parameter groups with separate learning rates, and the ZeRO-3 vision guard.
 
-Qwen2.5-VL in transformers 5: ``model.model.visual`` (vision blocks + ``merger``) and
-``model.model.language_model`` (+ ``model.lm_head``).
+Qwen2.5-VL and Qwen3-VL in transformers 5: ``model.model.visual`` (vision blocks + ``merger``, and Qwen3-VL's
+``deepstack_merger_list``) and ``model.model.language_model`` (+ ``model.lm_head``); gbtrain.families names them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 from gbtrain.attention import attn_implementation_for, precompute_varlen_kwargs
 from gbtrain.config import TrainConfig, below_minimum
 from gbtrain.coords import PixelBudget
+from gbtrain.families import FAMILIES
 
 VISION, MERGER, LLM = "vision_tower", "merger", "llm"
 
@@ -30,7 +31,12 @@ def load_processor(model: str, budget: PixelBudget):
 
     processor = AutoProcessor.from_pretrained(model)
     if hasattr(processor, "image_processor"):  # a text-only model (an LLM judge) has a tokenizer only
-        processor.image_processor.size = SizeDict(**budget.processor_size())
+        image_processor = processor.image_processor
+        side = image_processor.patch_size * image_processor.merge_size
+        if side != budget.factor:
+            raise ValueError(f"{model} cuts images into {side} px tokens, but vision.factor={budget.factor}: set "
+                             f"vision.factor={side} (and build the data with it)")
+        image_processor.size = SizeDict(**budget.processor_size())
     return processor
 
 
@@ -128,11 +134,15 @@ def load_model(cfg: TrainConfig):
     return model
 
 
+_MERGER_MARKERS = tuple({m for f in FAMILIES for m in f.merger_markers})
+
+
 def part_of(name: str) -> str:
     """Which part a parameter belongs to, from its name (works through PEFT/DeepSpeed wrappers)."""
-    if ".visual.merger." in f".{name}" or name.startswith("visual.merger."):
+    dotted = f".{name}"
+    if any(f".{marker}" in dotted for marker in _MERGER_MARKERS):
         return MERGER
-    if ".visual." in f".{name}":
+    if ".visual." in dotted:
         return VISION
     return LLM
 
@@ -145,13 +155,26 @@ def apply_freezing(model, cfg: TrainConfig) -> None:
             p.requires_grad_(False)
 
 
+def _merger_modules(model) -> list[str]:
+    """The outermost merger modules (Qwen2.5-VL's `merger`; Qwen3-VL's also each DeepStack merger): what LoRA
+    keeps fully trainable when the merger trains. A ModuleList is no module PEFT can wrap, so its entries stand."""
+    def marked(name: str) -> bool:
+        return part_of(f"{name}.weight") == MERGER
+
+    modules = dict(model.named_modules())
+    return [name for name, module in modules.items()
+            if marked(name) and not isinstance(module, torch.nn.ModuleList)
+            and (not marked(name.rpartition(".")[0]) or isinstance(modules[name.rpartition(".")[0]],
+                                                                    torch.nn.ModuleList))]
+
+
 def apply_lora(model, cfg: TrainConfig):
     """Wrap with PEFT LoRA on the LLM linears (regex on module paths); the merger can still train fully."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if cfg.finetune == "qlora":
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
-    modules_to_save = ["merger"] if not cfg.freeze.merger else None
+    modules_to_save = _merger_modules(model) if not cfg.freeze.merger else None
     lora = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                       target_modules=cfg.lora.target_modules, modules_to_save=modules_to_save, task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
@@ -207,10 +230,13 @@ def llm_parameter_count(model) -> int:
 def always_run_vision_tower(model) -> None:
     """ZeRO-3 gathers parameters collectively: a rank whose batch has no image would skip the vision tower
     while others run it, and training hangs. A forward hook runs the tower on a 28x28 dummy image when a
-    training batch carries none, and adds 0 x its output, so every rank takes part."""
-    inner = next((m for m in model.modules() if type(m).__name__ in ("Qwen2_5_VLModel", "Qwen2VLModel")), None)
+    training batch carries none, and adds 0 x its outputs (Qwen3-VL's DeepStack features too), so every rank
+    takes part."""
+    backbones = {c for f in FAMILIES for c in f.backbone_classes}
+    inner = next((m for m in model.modules() if type(m).__name__ in backbones), None)
     if inner is None:
-        raise ValueError(f"no Qwen2-VL/Qwen2.5-VL backbone found in {type(model).__name__}")
+        raise ValueError(f"no backbone of a supported family ({', '.join(sorted(backbones))}) found in "
+                         f"{type(model).__name__}")
     vcfg = inner.config.vision_config
     patch = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
 
@@ -223,7 +249,8 @@ def always_run_vision_tower(model) -> None:
         out = visual(dummy, grid_thw=grid)
         feats = out.pooler_output if hasattr(out, "pooler_output") else out
         feats = torch.cat(list(feats)) if isinstance(feats, list | tuple) else feats
-        output.last_hidden_state = output.last_hidden_state + 0.0 * feats.sum()
+        touched = feats.sum() + sum(f.sum() for f in getattr(out, "deepstack_features", None) or [])
+        output.last_hidden_state = output.last_hidden_state + 0.0 * touched
         return output
 
     inner.register_forward_hook(hook, with_kwargs=True)

@@ -28,6 +28,7 @@ from gbtrain import annotations
 from gbtrain.config import BuildConfig, below_minimum, load_yaml, overlapping, to_yaml
 from gbtrain.conversations import Conversation, build_conversation, with_image_placeholder
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
+from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.schema import Record
 from gbtrain.vocabulary import LEVELS, MODES
 
@@ -198,6 +199,9 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     data_dir, out = Path(cfg.data), Path(cfg.out)
     _check_output_folder(out, data_dir)
     budget = cfg.vision
+    family = family_of_model(cfg.tokenizer) if cfg.tokenizer else None
+    if family is not None:  # image token counts (and qwen25 boxes) follow the model's token size
+        budget.check_family(family, cfg.tokenizer)
     loaded = annotations.load_dataset(data_dir, lenient=cfg.lenient)
     records_by_level = {lvl: ld.records for lvl, ld in loaded.items()}
     plan = plan_mix(records_by_level, cfg)
@@ -355,7 +359,10 @@ def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
     """The pixel budget a built dataset's boxes were computed with (None for a folder without a build config)."""
     built = _build_config(out)
     vision = built.get("vision") if built is not None else None
-    return PixelBudget(int(vision.min_pixels), int(vision.max_pixels)) if vision else None
+    if not vision:
+        return None
+    return PixelBudget(int(vision.min_pixels), int(vision.max_pixels),
+                       int(vision.get("factor", DEFAULT_FAMILY.patch_factor)))  # builds before factors were recorded
 
 
 def dataset_l2_margin(out: str | Path) -> float:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from PIL import Image
 
-from gbtrain.coords import PATCH_FACTOR  # pixels per image token side
+from gbtrain.families import family_of_config
 from gbtrain.schema import Box
 
 # What the legible profile's students write (gbtrain.synth.generate.PROFILES): numbers, angles, choice letters, ticks.
@@ -37,8 +37,10 @@ class WarmupOptions:
     steps: int = 2000
     batch: int = 64
     lr: float = 1e-3  # 2e-3 sometimes left letters at chance for 1,000 steps; 3e-3 did no better on this charset
-    width: int = 112  # crop size in pixels; multiples of 28 so that no resize happens. Small crops hold more ink
-    height: int = 56  # per second than 224x112 ones (600 steps: 35% of ink tokens read against 13.5%)
+    # Crop size in pixels: multiples of the model's image token (28 px for Qwen2.5-VL) so that no resize happens.
+    # Small crops hold more ink per second than 224x112 ones (600 steps: 35% of ink tokens read against 13.5%).
+    width: int = 112
+    height: int = 56
     glyph_px: tuple[int, int] = (28, 40)  # handwriting size: the legible demo's digits at its 324-token budget
     max_chars: int = 2
     charset: str = HANDWRITING_CHARSET
@@ -50,8 +52,6 @@ class WarmupOptions:
     seed: int = 0
 
     def __post_init__(self):
-        if self.width % PATCH_FACTOR or self.height % PATCH_FACTOR:
-            raise ValueError(f"warm-up crops must be multiples of {PATCH_FACTOR} px, got {self.width}x{self.height}")
         if self.steps < 0 or self.batch < 1 or not self.charset:
             raise ValueError("warm-up steps >= 0, batch >= 1 and a non-empty charset are required")
 
@@ -100,12 +100,11 @@ def _token_places(rows: int, cols: int) -> np.ndarray:
     return np.stack([r, c], -1).reshape(-1, 2)
 
 
-def _token_classes(classes: np.ndarray, n_classes: int) -> np.ndarray:
-    """Each merged token's character (28x28 px, in the raster order the merger emits them): the one with most ink in
-    the cell, or 0 (paper) where a cell holds no more than a trace of ink."""
+def _token_classes(classes: np.ndarray, n_classes: int, side: int) -> np.ndarray:
+    """Each merged token's character (side x side px, in the raster order the merger emits them): the one with most
+    ink in the cell, or 0 (paper) where a cell holds no more than a trace of ink."""
     h, w = classes.shape
-    cells = classes.reshape(h // PATCH_FACTOR, PATCH_FACTOR, w // PATCH_FACTOR, PATCH_FACTOR).transpose(0, 2, 1, 3)
-    cells = cells.reshape(-1, PATCH_FACTOR * PATCH_FACTOR)
+    cells = classes.reshape(h // side, side, w // side, side).transpose(0, 2, 1, 3).reshape(-1, side * side)
     counts = np.stack([(cells == c).sum(1) for c in range(1, n_classes + 1)], 1)
     return np.where(counts.max(1) > 8, counts.argmax(1) + 1, 0)
 
@@ -113,16 +112,16 @@ def _token_classes(classes: np.ndarray, n_classes: int) -> np.ndarray:
 class _Batches:
     """Fresh crops, preprocessed by the model's own image processor (its budget keeps the crops' native size)."""
 
-    def __init__(self, opts: WarmupOptions, seed: int, image_processor):
-        self.processor, self.opts, self.rng = image_processor, opts, random.Random(seed)
+    def __init__(self, opts: WarmupOptions, seed: int, image_processor, side: int):
+        self.processor, self.opts, self.rng, self.side = image_processor, opts, random.Random(seed), side
 
     def next(self, n: int):
         import torch
 
         crops = [handwriting_crop(self.rng, self.opts) for _ in range(n)]
         enc = self.processor(images=[c.image for c in crops], return_tensors="pt")
-        classes = np.concatenate([_token_classes(c.classes, len(self.opts.charset)) for c in crops])
-        rows, cols = self.opts.height // PATCH_FACTOR, self.opts.width // PATCH_FACTOR
+        classes = np.concatenate([_token_classes(c.classes, len(self.opts.charset), self.side) for c in crops])
+        rows, cols = self.opts.height // self.side, self.opts.width // self.side
         places = torch.tensor(np.concatenate([_token_places(rows, cols)] * n), dtype=torch.float32)
         return enc["pixel_values"], enc["image_grid_thw"], torch.tensor(classes), places
 
@@ -135,6 +134,10 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
     import torch
     import torch.nn.functional as F
 
+    side = family_of_config(model.config).patch_factor  # pixels per image token side
+    if opts.width % side or opts.height % side:
+        raise ValueError(f"warm-up crops must be multiples of {side} px (the model's image token), got "
+                         f"{opts.width}x{opts.height}")
     torch.manual_seed(opts.seed)
     visual = model.model.visual
     width = model.config.text_config.hidden_size
@@ -154,9 +157,10 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
         ink = classes > 0
         return F.cross_entropy(logits, classes) + F.cross_entropy(logits[ink], classes[ink])
 
-    held_out_crops = _Batches(opts, opts.seed + 10_000, image_processor)  # another stream than training's: unseen crops
+    # another stream than training's: unseen crops
+    held_out_crops = _Batches(opts, opts.seed + 10_000, image_processor, side)
     held_out = [held_out_crops.next(50) for _ in range(4)]
-    tokens_per_crop = (opts.height // PATCH_FACTOR) * (opts.width // PATCH_FACTOR)
+    tokens_per_crop = (opts.height // side) * (opts.width // side)
 
     def evaluate() -> dict:
         visual.eval()
@@ -180,7 +184,7 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
                 "ink_token_accuracy": round(paper_right / tokens, 4),
                 "place_mean_abs_error": round(place_error / (2 * tokens), 4) if placed else None}
 
-    batches, start = _Batches(opts, opts.seed, image_processor), time.time()
+    batches, start = _Batches(opts, opts.seed, image_processor, side), time.time()
     visual.train()
     # drawing a batch takes as long as learning from it; PIL and torch both release the GIL, so the next batch is
     # drawn in a thread while this one trains

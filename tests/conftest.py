@@ -28,6 +28,32 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3vl_dir(tmp_path_factory):
+    """Hub-shaped tiny Qwen3-VL (its processor carries the hub's 65536-16777216 budget)."""
+    from gbtrain.tiny_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen3vl") / "model", family="qwen3_vl")
+
+
+# Tests that must hold for every model family take `family_model_dir` (or parametrise over FAMILY_MODELS).
+FAMILY_MODELS = {"qwen2_5_vl": "tiny_model_dir", "qwen3_vl": "tiny_qwen3vl_dir"}
+
+
+@pytest.fixture(params=list(FAMILY_MODELS))
+def family_model_dir(request):
+    """The tiny model of each family in turn."""
+    return request.getfixturevalue(FAMILY_MODELS[request.param])
+
+
+def budget_for(model_dir):
+    """The tests' pixel budget in the model's own image token size."""
+    from gbtrain.coords import PixelBudget
+    from gbtrain.families import family_of_model
+
+    return PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS, family_of_model(model_dir).patch_factor)
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen3_dir(tmp_path_factory):
     """A tiny Qwen3 with Qwen3's chat template: the LLM-judge stand-in."""
     from gbtrain.tiny_model import make_tiny_qwen3

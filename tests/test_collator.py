@@ -1,22 +1,29 @@
 import pytest
 import torch
+from conftest import FAMILY_MODELS, budget_for
 from PIL import Image
 
 from gbtrain.collator import IGNORE_INDEX, ConversationEncoder, GradingCollator, RopeIndex, plan_packs
 
 
+@pytest.fixture(scope="module", params=list(FAMILY_MODELS))
+def model_dir(request):
+    """Every test here runs for each model family's tiny model."""
+    return request.getfixturevalue(FAMILY_MODELS[request.param])
+
+
 @pytest.fixture(scope="module")
-def processor(tiny_model_dir, budget):
+def processor(model_dir):
     from gbtrain.modeling import load_processor
 
-    return load_processor(tiny_model_dir, budget)
+    return load_processor(model_dir, budget_for(model_dir))
 
 
 @pytest.fixture(scope="module")
-def model64(tiny_model_dir):
+def model64(model_dir):
     from transformers import AutoModelForImageTextToText
 
-    return AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float64).train()
+    return AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float64).train()
 
 
 def image(w=300, h=200, shade=200):

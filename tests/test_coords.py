@@ -13,25 +13,29 @@ from gbtrain.coords import (
     smart_resize,
     to_model,
 )
+from gbtrain.families import FAMILIES
 from gbtrain.schema import Box
 
 
-def test_smart_resize_matches_the_real_processor():
-    """Our rule must give exactly the grid the Qwen2.5-VL image processor produces."""
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_smart_resize_matches_the_real_processor(family):
+    """Our rule must give exactly the grid the family's image processor produces (14 px patches for Qwen2.5-VL,
+    16 px for Qwen3-VL, merged 2x2)."""
     import numpy as np
     from PIL import Image
     from transformers import Qwen2VLImageProcessor
 
+    patch = family.patch_factor // 2
     rng = random.Random(0)
     for min_px, max_px in [(56 * 56, 28 * 28 * 64), (224 * 224, 2200 * 28 * 28), (28 * 28 * 4, 28 * 28 * 256)]:
-        budget = PixelBudget(min_px, max_px)
-        proc = Qwen2VLImageProcessor(size=budget.processor_size())
+        budget = PixelBudget(min_px, max_px, family.patch_factor)
+        proc = Qwen2VLImageProcessor(size=budget.processor_size(), patch_size=patch, merge_size=2)
         for _ in range(25):
             w, h = rng.randint(20, 2600), rng.randint(20, 2600)
             img = Image.fromarray(np.zeros((h, w, 3), dtype=np.uint8))
             _, gh, gw = proc(images=[img], return_tensors="pt")["image_grid_thw"][0].tolist()
             rw, rh = budget.resized(w, h)
-            assert (gh * 14, gw * 14) == (rh, rw), (w, h, min_px, max_px)
+            assert (gh * patch, gw * patch) == (rh, rw), (w, h, min_px, max_px)
             assert budget.image_tokens(w, h) == gh * gw // 4
 
 
@@ -96,6 +100,7 @@ def test_model_boxes_are_stable(conv, w, h, data):
 
 def test_convention_for_model():
     assert convention_for_model("qwen2_5_vl") == "qwen25"
+    assert convention_for_model("qwen3_vl") == convention_for_model("qwen3_vl_moe") == "rel1000"
     assert convention_for_model("Qwen/Qwen3-VL-8B-Instruct") == "rel1000"
     assert convention_for_model("gemini-2.5-pro") == "rel1000-yxyx"
     assert convention_for_model("gpt-4o") == "rel1-cxcywh"
@@ -105,3 +110,26 @@ def test_convention_for_model():
 def test_budget_validation():
     with pytest.raises(ValueError):
         PixelBudget(100, 10)
+    with pytest.raises(ValueError, match=r"vision\.factor=30"):
+        PixelBudget(factor=30)
+
+
+def test_budget_refuses_another_familys_token_size():
+    from gbtrain.families import QWEN3_VL
+
+    PixelBudget(factor=32).check_family(QWEN3_VL, "m")
+    with pytest.raises(ValueError, match=r"set vision\.factor=32"):
+        PixelBudget().check_family(QWEN3_VL, "Qwen/Qwen3-VL-8B-Instruct")
+
+
+def test_a_checkpoint_record_keeps_the_factor_and_old_records_read_as_qwen25(tmp_path):
+    import json
+
+    from gbtrain.coords import CHECKPOINT_RECORD, CheckpointRecord, read_checkpoint_record, write_checkpoint_record
+
+    record = CheckpointRecord("rel1000", PixelBudget(3136, 50176, 32))
+    write_checkpoint_record(tmp_path, record)
+    assert read_checkpoint_record(tmp_path) == record
+    old = {"coords": "qwen25", "min_pixels": 3136, "max_pixels": 50176}
+    (tmp_path / CHECKPOINT_RECORD).write_text(json.dumps(old))
+    assert read_checkpoint_record(tmp_path).budget == PixelBudget(3136, 50176, 28)

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from conftest import budget_for
 
 from gbtrain.config import FreezeSettings, LearningRates, LoraSettings, TrainConfig
 from gbtrain.modeling import (
@@ -41,10 +42,12 @@ def test_part_of_names():
     assert part_of("base_model.model.model.visual.merger.mlp.0.weight") == MERGER
     assert part_of("model.language_model.layers.0.mlp.gate_proj.weight") == LLM
     assert part_of("lm_head.weight") == LLM
+    assert part_of("model.visual.deepstack_merger_list.0.linear_fc1.weight") == MERGER  # Qwen3-VL
+    assert part_of("model.visual.pos_embed.weight") == VISION
 
 
-def test_full_finetune_freeze_flags_and_groups(tiny_model_dir):
-    c = cfg(tiny_model_dir, finetune="full", freeze=FreezeSettings(vision_tower=True, merger=False, llm=False),
+def test_full_finetune_freeze_flags_and_groups(family_model_dir):
+    c = cfg(family_model_dir, finetune="full", freeze=FreezeSettings(vision_tower=True, merger=False, llm=False),
             lr=LearningRates(llm=1e-4, merger=3e-5, vision_tower=1e-6), weight_decay=0.1)
     model = setup_model(c)
     trains = {part_of(n): p.requires_grad for n, p in model.named_parameters()}
@@ -66,8 +69,8 @@ def test_vision_tower_can_train_with_its_own_rate(tiny_model_dir):
     assert {g["part"] for g in groups} == {VISION} and {g["lr"] for g in groups} == {5e-6}
 
 
-def test_lora_targets_llm_linears_only(tiny_model_dir):
-    c = cfg(tiny_model_dir, finetune="lora", lora=LoraSettings(r=4, alpha=8))
+def test_lora_targets_llm_linears_only(family_model_dir):
+    c = cfg(family_model_dir, finetune="lora", lora=LoraSettings(r=4, alpha=8))
     model = setup_model(c)
     lora = [n for n, _ in model.named_parameters() if "lora_" in n]
     assert lora and all(".language_model." in n for n in lora)
@@ -75,14 +78,18 @@ def test_lora_targets_llm_linears_only(tiny_model_dir):
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     trainable = {part_of(n) for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == {LLM, MERGER}  # adapters + the fully trained merger copy
+    mergers = [(n, p) for n, p in model.named_parameters() if part_of(n) == MERGER]
+    assert all(p.requires_grad for n, p in mergers if "modules_to_save" in n)  # Qwen3-VL's DeepStack mergers too
+    assert {n.split(".modules_to_save.")[0] for n, p in mergers if p.requires_grad} == {
+        n.split(".original_module.")[0] for n, p in mergers if ".original_module." in n}
     assert not any(p.requires_grad for n, p in model.named_parameters() if part_of(n) == VISION)
 
 
-def test_vision_tower_runs_on_text_only_batches(tiny_model_dir):
+def test_vision_tower_runs_on_text_only_batches(family_model_dir):
     """The ZeRO-3 guard: with no image in the batch the vision tower still takes part (zero gradients)."""
     from transformers import AutoModelForImageTextToText
 
-    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir).train()
+    model = AutoModelForImageTextToText.from_pretrained(family_model_dir).train()
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     model(input_ids=ids, labels=ids).loss.backward()
     assert all(p.grad is None for n, p in model.named_parameters() if ".visual." in n)
@@ -90,7 +97,7 @@ def test_vision_tower_runs_on_text_only_batches(tiny_model_dir):
     always_run_vision_tower(model)
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
-    vision_grads = [p.grad for n, p in model.named_parameters() if ".visual.blocks." in n]
+    vision_grads = [p.grad for n, p in model.named_parameters() if ".visual.blocks." in n or "merger" in n]
     assert vision_grads and all(g is not None and not g.any() for g in vision_grads)
 
 
@@ -141,7 +148,7 @@ def test_out_of_range_training_options_are_named(tiny_model_dir, option, key):
         check_options(cfg(tiny_model_dir, **option))
 
 
-def test_packed_copies_get_identical_logits_without_extra_keywords(tiny_model_dir, budget):
+def test_packed_copies_get_identical_logits_without_extra_keywords(family_model_dir):
     """The cache guard: a model from `load_model`, called as any caller would (no use_cache=False), must
     keep packed samples apart; with transformers 5's text_config.use_cache left True, the second copy
     attends across the pack boundary."""
@@ -150,11 +157,11 @@ def test_packed_copies_get_identical_logits_without_extra_keywords(tiny_model_di
     from gbtrain.collator import GradingCollator, RopeIndex
     from gbtrain.modeling import load_model, load_processor
 
-    model = load_model(cfg(tiny_model_dir)).eval()
+    model = load_model(cfg(family_model_dir)).eval()
     sample = {"messages": [{"role": "user", "content": "Grade the page."},
                            {"role": "assistant", "content": '[{"bbox_2d": [1, 2, 3, 4], "text": "12"}]'}],
               "images": [Image.new("RGB", (300, 200), (180, 180, 180))]}
-    packed = GradingCollator(load_processor(tiny_model_dir, budget), 4096, packing=True,
+    packed = GradingCollator(load_processor(family_model_dir, budget_for(family_model_dir)), 4096, packing=True,
                              rope_index=RopeIndex(model.config))([sample, sample])
     with torch.no_grad():
         logits = model(**packed).logits[0]

@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from gbtrain.coords import PATCH_FACTOR
-from gbtrain.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop
+from gbtrain.families import QWEN2_5_VL
+from gbtrain.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop, warm_up_vision
 
 
 def test_crops_hold_their_text_inside_the_image():
@@ -40,11 +40,12 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
     from gbtrain.coords import PixelBudget
     from gbtrain.modeling import load_processor
 
-    w, h, row, col = 5 * PATCH_FACTOR, 3 * PATCH_FACTOR, 1, 3
+    side = QWEN2_5_VL.patch_factor
+    w, h, row, col = 5 * side, 3 * side, 1, 3
     classes = np.zeros((h, w), np.uint8)
-    classes[row * 28 + 4:row * 28 + 24, col * 28 + 4:col * 28 + 24] = 3
+    classes[row * side + 4:row * side + 24, col * side + 4:col * side + 24] = 3
     classes[0:2, 0:2] = 5  # a trace of ink (4 px) is paper
-    marked = _token_classes(classes, n_classes=6)
+    marked = _token_classes(classes, n_classes=6, side=side)
     assert marked.tolist() == [3 if i == row * 5 + col else 0 for i in range(15)]
     ink = classes == 3
     places = _token_places(3, 5)
@@ -66,9 +67,13 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
     assert int(moved.argmax()) == int(np.argmax(marked))
 
 
-def test_options_are_checked():
-    with pytest.raises(ValueError, match="multiples of 28"):
-        WarmupOptions(width=100)
+def test_options_are_checked(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with pytest.raises(ValueError, match="multiples of 28 px"):
+        warm_up_vision(model, WarmupOptions(width=100), image_processor=None)
     with pytest.raises(ValueError, match="charset"):
         WarmupOptions(charset="")
 
