@@ -19,9 +19,12 @@ def test_defaults_yaml_and_overrides(tmp_path):
     assert cfg.mix.levels["L1"] == 0.2 and cfg.mix.levels["L3"] == 0.15
 
 
-def test_the_shipped_config_loads():
+def test_the_shipped_configs_load():
     cfg = load_config(BuildConfig, "configs/data/default.yaml", ["data=x", "out=y"])
-    assert cfg.target_count == 10000 and cfg.vision.max_pixels == 2200 * 28 * 28
+    assert cfg.target_count == 10000 and cfg.vision.max_pixels == 2200 * 28 * 28 and cfg.vision.factor == 28
+    qwen3 = load_config(BuildConfig, "configs/data/qwen3vl.yaml", ["data=x", "out=y"])
+    assert (qwen3.coords, qwen3.vision.factor) == ("rel1000", 32)
+    assert qwen3.vision.max_pixels // 32**2 == cfg.vision.max_pixels // 28**2  # the same token budget
 
 
 def test_errors_are_clear(tmp_path):
