@@ -1,7 +1,7 @@
 """Score one setting's predictions with the GradingBench gated metric and localization mAP.
 
     python eval/score.py --data DIR --level L1|L2|L3 --mode answer-free|answer-based \
-        --predictions P.jsonl --coords qwen25 [--min-pixels N --max-pixels N] \
+        --predictions P.jsonl --coords qwen25 [--min-pixels N --max-pixels N --factor 28] \
         [--judge rule|vllm:MODEL|openai:MODEL[@URL]] [--match-radius 1.0] [--exclude-other] \
         [--allow-duplicates] --out report.json
 

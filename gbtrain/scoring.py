@@ -440,6 +440,8 @@ class ScoreRun:
     out: str = option(help="the report (JSON)")
     min_pixels: int = option(PixelBudget().min_pixels, "the pixel budget the model saw (qwen25 boxes)")
     max_pixels: int = option(PixelBudget().max_pixels, "as --min-pixels")
+    factor: int = option(PixelBudget().factor, "the model's image token side in px (qwen25 boxes): 28 Qwen2.5-VL, "
+                                               "32 Qwen3-VL")
     judge: str = option("rule", judges.judge_usage)
     kv_cache_gib: float | None = option(None, "vllm judge: KV-cache size in GiB (default on CPU: a quarter of free "
                                               "memory, 0.5-4 GiB)")
@@ -456,7 +458,7 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     from gbtrain.annotations import load_level
     from gbtrain.backends import VLLMMemory
 
-    opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels),
+    opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge)
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     loaded = load_level(run.data, run.level, lenient=run.lenient)

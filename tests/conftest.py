@@ -86,6 +86,21 @@ def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def sft_qwen3vl_dir(synth_dir, tiny_qwen3vl_dir, tmp_path_factory):
+    """A small SFT set built for the tiny Qwen3-VL: its own box convention (rel1000) and 32 px image tokens."""
+    from gbtrain.config import BuildConfig
+    from gbtrain.coords import PixelBudget
+    from gbtrain.sft_dataset import build_sft_dataset
+
+    out = tmp_path_factory.mktemp("sft-qwen3vl") / "data"
+    cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=40, seed=3, validation_share=0.2,
+                      test_share=0.1, coords="rel1000", vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS, 32),
+                      max_length=4096, tokenizer=str(tiny_qwen3vl_dir), workers=2)
+    build_sft_dataset(cfg, progress=False)
+    return out
+
+
 def run_script(tmp_path, source: str, timeout: int = 600):
     """Run `source` (which must guard its work with `if __name__ == "__main__":`, as vLLM spawns processes)
     in a child Python and return the JSON it prints after "RESULT "."""

