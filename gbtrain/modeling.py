@@ -230,8 +230,8 @@ def llm_parameter_count(model) -> int:
 def always_run_vision_tower(model) -> None:
     """ZeRO-3 gathers parameters collectively: a rank whose batch has no image would skip the vision tower
     while others run it, and training hangs. A forward hook runs the tower on a dummy image of one merged token
-    (2x2 patches) when a training batch carries none, and adds 0 x its outputs (Qwen3-VL's DeepStack features too), so every rank
-    takes part."""
+    (2x2 patches) when a training batch carries none, and adds 0 x its outputs (Qwen3-VL's DeepStack features
+    too), so every rank takes part."""
     backbones = {c for f in FAMILIES for c in f.backbone_classes}
     inner = next((m for m in model.modules() if type(m).__name__ in backbones), None)
     if inner is None:
