@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -45,6 +46,8 @@ class HubLayout:
 
     family: ModelFamily
     architecture: str
+    # config.json at tiny sizes: (special token ids, vocab size, hidden, layers, vision hidden, vision depth) -> dict
+    make_config: Callable[..., dict]
     added_tokens: tuple[str, ...]
     chat_template: str  # TRL's byte-identical copy of the hub template, in trl/chat_templates
     preprocessor: dict
@@ -55,30 +58,6 @@ class HubLayout:
     tensor_renames: tuple[tuple[str, str], ...] = ()
 
 
-_QWEN3_VL_PIXELS = {"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5],
-                    "image_std": [0.5, 0.5, 0.5], "processor_class": "Qwen3VLProcessor"}
-HUB_LAYOUTS = {
-    QWEN2_5_VL.name: HubLayout(
-        QWEN2_5_VL, "Qwen2_5_VLForConditionalGeneration", tuple(ADDED_TOKENS), "qwen2_5_vl.jinja",
-        preprocessor={"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
-                      "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
-                      "image_std": [0.26862954, 0.26130258, 0.27577711],
-                      "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor"},
-        video_preprocessor=None,
-        generation={"do_sample": True, "repetition_penalty": 1.05, "temperature": 1e-06,
-                    "transformers_version": "4.37.0"},
-        model_max_length=131072, tensor_renames=(("model.language_model.", "model."), ("model.visual.", "visual."))),
-    QWEN3_VL.name: HubLayout(
-        QWEN3_VL, "Qwen3VLForConditionalGeneration", tuple(QWEN3_ADDED_TOKENS), "qwen3_vl.jinja",
-        preprocessor={"size": {"longest_edge": 16777216, "shortest_edge": 65536}, **_QWEN3_VL_PIXELS,
-                      "image_processor_type": "Qwen2VLImageProcessorFast"},
-        video_preprocessor={"size": {"longest_edge": 25165824, "shortest_edge": 4096}, **_QWEN3_VL_PIXELS,
-                            "video_processor_type": "Qwen3VLVideoProcessor"},
-        generation={"do_sample": True, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.0, "temperature": 0.7,
-                    "transformers_version": "4.56.0"},
-        model_max_length=262144),
-}
-HUB_PREPROCESSOR = HUB_LAYOUTS[QWEN2_5_VL.name].preprocessor
 # Qwen2's pre-tokenizer split pattern (contractions, letters, single digits, punctuation, whitespace).
 QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
               r"|\s+(?!\S)|\s+")
@@ -145,9 +124,9 @@ def build_tokenizer(vocab_size: int = 1200, family: str = QWEN2_5_VL.name):
 def hub_config(tokenizer, family: str = QWEN2_5_VL.name, hidden: int = 128, layers: int = 2, vision_hidden: int = 64,
                vision_depth: int = 2) -> dict:
     """config.json in the family's hub layout and key order, at tiny sizes (text head_dim 64, vision head_dim 32)."""
-    make = {QWEN2_5_VL.name: _qwen25_config, QWEN3_VL.name: _qwen3_config}[family]
-    return make({t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}, -(-len(tokenizer) // 64) * 64,
-                hidden, layers, vision_hidden, vision_depth)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    vocab = -(-len(tokenizer) // 64) * 64  # padded past the tokenizer, like the hubs' 152064 / 151936
+    return HUB_LAYOUTS[family].make_config(ids, vocab, hidden, layers, vision_hidden, vision_depth)
 
 
 def _qwen25_config(ids: dict, vocab: int, hidden: int, layers: int, vision_hidden: int, vision_depth: int) -> dict:
@@ -202,6 +181,31 @@ def _qwen3_config(ids: dict, vocab: int, hidden: int, layers: int, vision_hidden
         },
         "vision_end_token_id": ids["<|vision_end|>"], "vision_start_token_id": ids["<|vision_start|>"],
     }
+
+
+_QWEN3_VL_PIXELS = {"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5],
+                    "image_std": [0.5, 0.5, 0.5], "processor_class": "Qwen3VLProcessor"}
+HUB_LAYOUTS = {
+    QWEN2_5_VL.name: HubLayout(
+        QWEN2_5_VL, "Qwen2_5_VLForConditionalGeneration", _qwen25_config, tuple(ADDED_TOKENS), "qwen2_5_vl.jinja",
+        preprocessor={"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
+                      "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+                      "image_std": [0.26862954, 0.26130258, 0.27577711],
+                      "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor"},
+        video_preprocessor=None,
+        generation={"do_sample": True, "repetition_penalty": 1.05, "temperature": 1e-06,
+                    "transformers_version": "4.37.0"},
+        model_max_length=131072, tensor_renames=(("model.language_model.", "model."), ("model.visual.", "visual."))),
+    QWEN3_VL.name: HubLayout(
+        QWEN3_VL, "Qwen3VLForConditionalGeneration", _qwen3_config, tuple(QWEN3_ADDED_TOKENS), "qwen3_vl.jinja",
+        preprocessor={"size": {"longest_edge": 16777216, "shortest_edge": 65536}, **_QWEN3_VL_PIXELS,
+                      "image_processor_type": "Qwen2VLImageProcessorFast"},
+        video_preprocessor={"size": {"longest_edge": 25165824, "shortest_edge": 4096}, **_QWEN3_VL_PIXELS,
+                            "video_processor_type": "Qwen3VLVideoProcessor"},
+        generation={"do_sample": True, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.0, "temperature": 0.7,
+                    "transformers_version": "4.56.0"},
+        model_max_length=262144),
+}
 
 
 def _tokenizer_config(tokenizer, layout: HubLayout) -> dict:

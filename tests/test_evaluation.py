@@ -199,10 +199,10 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(request, synth_dir, tmp_pa
 
 def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
     from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
-    from gbtrain.tiny_model import HUB_PREPROCESSOR
+    from gbtrain.tiny_model import HUB_LAYOUTS
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
-    (tmp_path / "preprocessor_config.json").write_text(json.dumps(HUB_PREPROCESSOR))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(HUB_LAYOUTS["qwen2_5_vl"].preprocessor))
     assert default_coords(str(tmp_path)) == "qwen25"
     assert default_budget(str(tmp_path)) == PixelBudget()  # GradingBench's, not the hub processor's
     write_checkpoint_record(tmp_path, CheckpointRecord("rel1000", PixelBudget(3136, 50176)))
