@@ -286,7 +286,9 @@ def make_tiny_model(out: str | Path, seed: int = 0, shards: int = 2, vision_warm
         from gbtrain.coords import PixelBudget
         from gbtrain.modeling import load_processor
 
-        budget = PixelBudget(3136, vision_warmup.width * vision_warmup.height, layout.family.patch_factor)
+        side = layout.family.patch_factor
+        width, height = vision_warmup.crop_px(side)
+        budget = PixelBudget(min(3136, width * height), width * height, side)
         record = warm_up_vision(model, vision_warmup, load_processor(str(out), budget).image_processor)
         _write_json(out / "gbtrain_warmup.json", record)
     _write_weights(model, out, shards, layout)  # last: a folder without weights is visibly unfinished

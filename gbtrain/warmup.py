@@ -37,10 +37,10 @@ class WarmupOptions:
     steps: int = 2000
     batch: int = 64
     lr: float = 1e-3  # 2e-3 sometimes left letters at chance for 1,000 steps; 3e-3 did no better on this charset
-    # Crop size in pixels: multiples of the model's image token (28 px for Qwen2.5-VL) so that no resize happens.
-    # Small crops hold more ink per second than 224x112 ones (600 steps: 35% of ink tokens read against 13.5%).
-    width: int = 112
-    height: int = 56
+    # Crop size in image tokens (columns, rows): the pixels are these times the model family's token side (4x2
+    # tokens: 112x56 px for Qwen2.5-VL, 128x64 for Qwen3-VL), so the processor never resizes a crop. Small crops
+    # hold more ink per second than 224x112 px ones (600 steps: 35% of ink tokens read against 13.5%).
+    crop_tokens: tuple[int, int] = (4, 2)
     glyph_px: tuple[int, int] = (28, 40)  # handwriting size: the legible demo's digits at its 324-token budget
     max_chars: int = 2
     charset: str = HANDWRITING_CHARSET
@@ -52,8 +52,13 @@ class WarmupOptions:
     seed: int = 0
 
     def __post_init__(self):
-        if self.steps < 0 or self.batch < 1 or not self.charset:
-            raise ValueError("warm-up steps >= 0, batch >= 1 and a non-empty charset are required")
+        if self.steps < 0 or self.batch < 1 or not self.charset or min(self.crop_tokens) < 1:
+            raise ValueError("warm-up steps >= 0, batch >= 1, a non-empty charset and crops of at least one image "
+                             "token are required")
+
+    def crop_px(self, side: int) -> tuple[int, int]:
+        """(width, height) in pixels of a crop for a model whose image token is `side` px."""
+        return self.crop_tokens[0] * side, self.crop_tokens[1] * side
 
 
 @dataclass
@@ -68,12 +73,12 @@ class Crop:
         return self.classes > 0
 
 
-def handwriting_crop(rng: random.Random, opts: WarmupOptions) -> Crop:
-    """A paper-coloured crop with 1..max_chars characters of the synthetic handwriting at a random place and size,
-    written glyph by glyph so that each pixel of ink knows its character."""
+def handwriting_crop(rng: random.Random, opts: WarmupOptions, side: int) -> Crop:
+    """A paper-coloured crop (for image tokens of `side` px) with 1..max_chars characters of the synthetic
+    handwriting at a random place and size, written glyph by glyph so that each pixel of ink knows its character."""
     from gbtrain.synth.render import HandStyle, write_hand
 
-    w, h = opts.width, opts.height
+    w, h = opts.crop_px(side)
     while True:
         text = "".join(rng.choice(opts.charset) for _ in range(rng.randint(1, opts.max_chars)))
         style = HandStyle.random(rng, 1.0)
@@ -118,10 +123,10 @@ class _Batches:
     def next(self, n: int):
         import torch
 
-        crops = [handwriting_crop(self.rng, self.opts) for _ in range(n)]
+        crops = [handwriting_crop(self.rng, self.opts, self.side) for _ in range(n)]
         enc = self.processor(images=[c.image for c in crops], return_tensors="pt")
         classes = np.concatenate([_token_classes(c.classes, len(self.opts.charset), self.side) for c in crops])
-        rows, cols = self.opts.height // self.side, self.opts.width // self.side
+        cols, rows = self.opts.crop_tokens
         places = torch.tensor(np.concatenate([_token_places(rows, cols)] * n), dtype=torch.float32)
         return enc["pixel_values"], enc["image_grid_thw"], torch.tensor(classes), places
 
@@ -135,9 +140,6 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
     import torch.nn.functional as F
 
     side = family_of_config(model.config).patch_factor  # pixels per image token side
-    if opts.width % side or opts.height % side:
-        raise ValueError(f"warm-up crops must be multiples of {side} px (the model's image token), got "
-                         f"{opts.width}x{opts.height}")
     torch.manual_seed(opts.seed)
     visual = model.model.visual
     width = model.config.text_config.hidden_size
@@ -149,8 +151,11 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / max(1, opts.steps))))
 
     def forward(pixels, grid):
-        tokens = visual(pixels, grid_thw=grid).pooler_output
-        return class_head(tokens), place_head(tokens)
+        """Character logits of every feature the language model receives (the merger's tokens, and Qwen3-VL's
+        DeepStack features, which enter its first layers), and the place read off the merger's tokens."""
+        out = visual(pixels, grid_thw=grid)
+        features = [out.pooler_output, *(getattr(out, "deepstack_features", None) or [])]
+        return [class_head(f) for f in features], place_head(out.pooler_output)
 
     def class_loss(logits, classes):
         # paper tokens outnumber ink ones several times over: ink tokens are averaged on their own as well
@@ -160,7 +165,7 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
     # another stream than training's: unseen crops
     held_out_crops = _Batches(opts, opts.seed + 10_000, image_processor, side)
     held_out = [held_out_crops.next(50) for _ in range(4)]
-    tokens_per_crop = (opts.height // side) * (opts.width // side)
+    tokens_per_crop = opts.crop_tokens[0] * opts.crop_tokens[1]
 
     def evaluate() -> dict:
         visual.eval()
@@ -169,7 +174,7 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
         with torch.no_grad():
             for pixels, grid, classes, places in held_out:
                 logits, place = forward(pixels, grid)
-                predicted, ink = logits.argmax(-1), classes > 0
+                predicted, ink = logits[0].argmax(-1), classes > 0
                 for p, c in zip(predicted.split(tokens_per_crop), classes.split(tokens_per_crop), strict=True):
                     exact += set(p[p > 0].tolist()) == set(c[c > 0].tolist())
                 crops += len(predicted) // tokens_per_crop
@@ -195,7 +200,7 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
             if step + 1 < opts.steps:
                 coming = drawer.submit(batches.next, opts.batch)
             logits, place = forward(pixels, grid)
-            loss = class_loss(logits, classes)
+            loss = sum(class_loss(each, classes) for each in logits) / len(logits)
             if step >= opts.position_from * opts.steps:
                 loss = loss + opts.position_weight * F.mse_loss(place, places)
             optimizer.zero_grad()
@@ -206,6 +211,7 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
             if (step + 1) % 200 == 0:
                 log(f"vision warm-up step {step + 1}/{opts.steps}: loss {loss.item():.4f}")
     visual.eval()
-    result = {"options": asdict(opts), "held_out": evaluate(), "seconds": round(time.time() - start, 1)}
+    result = {"options": asdict(opts), "crop_px": list(opts.crop_px(side)), "held_out": evaluate(),
+              "seconds": round(time.time() - start, 1)}
     log(f"vision warm-up done: {result['held_out']} in {result['seconds']} s")
     return result

@@ -17,7 +17,6 @@ cd "$(dirname "$0")/.."
 FULL=false
 if [ "${1:-}" = "--full" ]; then FULL=true; shift; fi
 OUT=${1:-runs/demo-$(date +%Y%m%d-%H%M%S)}
-CONVERSATIONS=${DEMO_CONVERSATIONS:-1200}
 EVAL_RECORDS=${DEMO_EVAL_RECORDS:-16}
 HIDDEN=${DEMO_HIDDEN:-256}
 LAYERS=${DEMO_LAYERS:-4}
@@ -27,7 +26,9 @@ MIN_PX=3136        # 56*56
 COORDS=${DEMO_COORDS:-rel1000}
 if $FULL; then
   PAGES=${DEMO_PAGES:-240}
-  STEPS=${DEMO_TRAIN_STEPS:-900}
+  CONVERSATIONS=${DEMO_CONVERSATIONS:-2400}
+  STEPS=${DEMO_TRAIN_STEPS:-1800}
+  EVAL_EVERY=300
   MAX_PX=254016    # 324 * 28*28: a legible page's handwriting stays about one image token tall
   PROFILE=legible
   # A tower that reads 18 handwritten characters needs more width than the 64 of the plain miniature; it is
@@ -36,7 +37,9 @@ if $FULL; then
   TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true lr.llm=5e-4)
 else
   PAGES=${DEMO_PAGES:-160}
-  STEPS=${DEMO_TRAIN_STEPS:-600}
+  CONVERSATIONS=${DEMO_CONVERSATIONS:-1200}
+  STEPS=${DEMO_TRAIN_STEPS:-300}
+  EVAL_EVERY=100
   MAX_PX=50176     # 64 * 28*28: at most 64 image tokens per image keep CPU training fast
   PROFILE=gradingbench
   MODEL_ARGS=()
@@ -82,7 +85,7 @@ log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py)"
 $VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml \
   model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" max_steps="$STEPS" \
   max_length=2048 pack_tokens=2048 \
-  eval_steps=100 save_steps=100 logging_steps=25 limit_eval_samples=32 "${TRAIN_ARGS[@]}" 2>&1 | tee "$OUT/train.log" \
+  eval_steps=$EVAL_EVERY save_steps=$EVAL_EVERY logging_steps=25 limit_eval_samples=32 "${TRAIN_ARGS[@]}" 2>&1 | tee "$OUT/train.log" \
   | grep -E "^\{|'loss'" || true
 test -f "$OUT/sft-model/train_summary.json"
 

@@ -9,10 +9,13 @@ import random
 
 import pytest
 
+from gbtrain.families import QWEN2_5_VL
 from gbtrain.warmup import WarmupOptions, handwriting_crop
 
 # One handwritten character on a 4x2-token crop; the tower is the plain miniature's (64 wide, 2 blocks).
 TOY = WarmupOptions(steps=400, batch=32, charset="ABCD", max_chars=1, position_from=1.0)
+SIDE = QWEN2_5_VL.patch_factor
+WIDTH, HEIGHT = TOY.crop_px(SIDE)
 QUESTION = "Which letter is written?"
 
 
@@ -28,17 +31,17 @@ def toy_reading_set(out, tokenizer_dir, n_train: int, n_validation: int, seed: i
     rows = {"train": [], "validation": [], "test": []}
     for split, n in (("train", n_train), ("validation", n_validation)):
         for i in range(n):
-            crop = handwriting_crop(rng, TOY)
+            crop = handwriting_crop(rng, TOY, SIDE)
             path = out / "images" / f"{split}-{i}.png"
             crop.image.save(path)
             rows[split].append({"sample_id": f"{split}-{i}", "images": [str(path.resolve())], "num_tokens": 0,
-                                "image_width": TOY.width, "image_height": TOY.height,
+                                "image_width": WIDTH, "image_height": HEIGHT,
                                 "messages": [{"role": "user", "content": QUESTION},
                                              {"role": "assistant", "content": crop.text}]})
     template = Dataset.from_list(rows["train"])
     DatasetDict({s: Dataset.from_list(r) if r else template.select([]) for s, r in rows.items()}).save_to_disk(
         str(out), num_shards={s: 1 for s in rows})
-    budget = PixelBudget(3136, TOY.width * TOY.height)
+    budget = PixelBudget(3136, WIDTH * HEIGHT)
     build = BuildConfig(data="toy", out=str(out), coords="rel1000", vision=budget, tokenizer=str(tokenizer_dir))
     (out / "build_config.yaml").write_text(to_yaml(build) + f"out_resolved: {out.resolve()}\n")
     return rows, budget

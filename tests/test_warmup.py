@@ -7,18 +7,21 @@ import random
 import numpy as np
 import pytest
 
-from gbtrain.families import QWEN2_5_VL
-from gbtrain.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop, warm_up_vision
+from gbtrain.families import FAMILIES, QWEN2_5_VL
+from gbtrain.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop
 
 
-def test_crops_hold_their_text_inside_the_image():
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_crops_hold_their_text_inside_the_image(family):
     opts = WarmupOptions(charset="AB7", max_chars=2)
     rng = random.Random(0)
+    width, height = opts.crop_px(family.patch_factor)
+    assert (width, height) == (4 * family.patch_factor, 2 * family.patch_factor)  # 4x2 image tokens
     for _ in range(20):
-        crop = handwriting_crop(rng, opts)
-        assert crop.image.size == (opts.width, opts.height)
+        crop = handwriting_crop(rng, opts, family.patch_factor)
+        assert crop.image.size == (width, height)
         assert 1 <= len(crop.text) <= 2 and set(crop.text) <= set("AB7")
-        assert 0 <= crop.box.x1 < crop.box.x2 <= opts.width and 0 <= crop.box.y1 < crop.box.y2 <= opts.height
+        assert 0 <= crop.box.x1 < crop.box.x2 <= width and 0 <= crop.box.y1 < crop.box.y2 <= height
         ys, xs = np.nonzero(crop.ink)
         assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == tuple(crop.box.as_list())
         # each glyph's ink is labelled with its character, the ink of every character is there, and nothing else
@@ -67,21 +70,18 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
     assert int(moved.argmax()) == int(np.argmax(marked))
 
 
-def test_options_are_checked(tiny_model_dir):
-    import torch
-    from transformers import AutoModelForImageTextToText
-
-    model = AutoModelForImageTextToText.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    with pytest.raises(ValueError, match="multiples of 28 px"):
-        warm_up_vision(model, WarmupOptions(width=100), image_processor=None)
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="at least one image token"):
+        WarmupOptions(crop_tokens=(4, 0))
     with pytest.raises(ValueError, match="charset"):
         WarmupOptions(charset="")
 
 
-
-def test_make_tiny_model_warms_the_vision_tower_only_and_records_it(tmp_path):
-    """The path `make_tiny_model.py --vision-warmup-steps` runs: the tower and merger change, the language model
-    does not, the folder stays loadable, and gbtrain_warmup.json says how it was made and how well it scored."""
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_make_tiny_model_warms_the_vision_tower_only_and_records_it(tmp_path, family):
+    """The path `make_tiny_model.py --vision-warmup-steps` runs, for each family: the tower and merger change, the
+    language model does not, the folder stays loadable, and gbtrain_warmup.json says how it was made (crops of the
+    family's own token side) and how well it scored."""
     import json
 
     from safetensors.torch import load_file
@@ -91,15 +91,19 @@ def test_make_tiny_model_warms_the_vision_tower_only_and_records_it(tmp_path):
     def weights(folder):
         return {k: v for f in sorted(folder.glob("model-*.safetensors")) for k, v in load_file(f).items()}
 
-    plain = weights(make_tiny_model(tmp_path / "plain"))
+    plain = weights(make_tiny_model(tmp_path / "plain", family=family.name))
     opts = WarmupOptions(steps=3, batch=2, position_from=0.0)
-    warmed_dir = make_tiny_model(tmp_path / "warmed", vision_warmup=opts)
+    warmed_dir = make_tiny_model(tmp_path / "warmed", vision_warmup=opts, family=family.name)
     warmed = weights(warmed_dir)
     assert plain.keys() == warmed.keys()
     changed = {k for k in plain if not (plain[k] == warmed[k]).all()}
-    assert changed and all(k.startswith("visual.") for k in changed)
-    assert any(k.startswith("visual.merger.") for k in changed) and any(".blocks." in k for k in changed)
+    tower = "model.visual." if family.name == "qwen3_vl" else "visual."  # the hub's tensor names
+    assert changed and all(k.startswith(tower) for k in changed)
+    assert any(k.startswith(tower + "merger.") for k in changed) and any(".blocks." in k for k in changed)
+    # Qwen3-VL's DeepStack features feed the language model too: their mergers are warmed with the rest
+    assert any(k.startswith(tower + "deepstack_merger_list.") for k in changed) == (family.name == "qwen3_vl")
     record = json.loads((warmed_dir / "gbtrain_warmup.json").read_text())
     assert record["options"]["steps"] == 3 and record["options"]["charset"] == opts.charset
+    assert record["crop_px"] == [4 * family.patch_factor, 2 * family.patch_factor]
     assert set(record["held_out"]) == {"chars_exact", "ink_token_chars", "ink_token_accuracy", "place_mean_abs_error"}
     assert record["held_out"]["place_mean_abs_error"] is not None
