@@ -5,7 +5,7 @@
 # with real vs. blank images).
 #   scripts/demo.sh [OUT_DIR]          about 15-18 minutes: the benchmark's page mix at 64 image tokens; the model
 #                                      learns the answer format, not to read (README "What the demo shows")
-#   scripts/demo.sh --full [OUT_DIR]   about 45 minutes (2,663 s measured; README "What the demo shows"): legible pages
+#   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; README "What the demo shows"): legible pages
 #                                      (--profile legible) at 324 image tokens, and a base model whose vision
 #                                      tower was first warmed up on handwriting (gbtrain.warmup), frozen in SFT
 # (default OUT_DIR runs/demo-<timestamp>). Sizes can be changed through the environment: DEMO_PAGES,
