@@ -3,8 +3,9 @@
 # conversations, base-model evaluation (vLLM), fine-tuning through `accelerate launch`, evaluation of the
 # fine-tuned checkpoint, the gains, and how much of the fine-tuned model's skill comes from the pixels (its loss
 # with real vs. blank images).
-#   scripts/demo.sh [OUT_DIR]          about 15-18 minutes: the benchmark's page mix at 64 image tokens; the model
-#                                      learns the answer format, not to read (README "What the demo shows")
+#   scripts/demo.sh [OUT_DIR]          about 15 minutes from a fresh clone: the benchmark's page mix at 64 image
+#                                      tokens, the six settings; the model learns the answer format, not to read
+#                                      (README "What the demo shows")
 #   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; README "What the demo shows"): legible pages
 #                                      (--profile legible) at 324 image tokens, and a base model whose vision
 #                                      tower was first warmed up on handwriting (gbtrain.warmup), frozen in SFT
@@ -29,6 +30,7 @@ if $FULL; then
   CONVERSATIONS=${DEMO_CONVERSATIONS:-2400}
   STEPS=${DEMO_TRAIN_STEPS:-1800}
   EVAL_EVERY=300
+  THREE_TURN=(--three-turn)
   MAX_PX=254016    # 324 * 28*28: a legible page's handwriting stays about one image token tall
   PROFILE=legible
   # A tower that reads 18 handwritten characters needs more width than the 64 of the plain miniature; it is
@@ -38,12 +40,13 @@ if $FULL; then
 else
   PAGES=${DEMO_PAGES:-160}
   CONVERSATIONS=${DEMO_CONVERSATIONS:-1200}
-  STEPS=${DEMO_TRAIN_STEPS:-300}
-  EVAL_EVERY=100
+  STEPS=${DEMO_TRAIN_STEPS:-420}
+  EVAL_EVERY=140
   MAX_PX=50176     # 64 * 28*28: at most 64 image tokens per image keep CPU training fast
   PROFILE=gradingbench
   MODEL_ARGS=()
   TRAIN_ARGS=()
+  THREE_TURN=()  # the three-turn decomposition would triple the evaluations' generation: --full runs it
 fi
 mkdir -p "$OUT"
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }
@@ -76,9 +79,9 @@ $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" --config con
   target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX vision.max_pixels=$MAX_PX max_length=2048 \
   tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05
 
-EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all --three-turn --limit "$EVAL_RECORDS" --max-tokens 384
+EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens 384
            --max-model-len 4096 --batch-size 64 --overlays 3)
-log "evaluate the base model (six settings + three-turn, $EVAL_RECORDS held-out records per level)"
+log "evaluate the base model (six settings${THREE_TURN:+ + three-turn}, $EVAL_RECORDS held-out records per level)"
 $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}" > "$OUT/eval-base.log"
 
 log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py)"
