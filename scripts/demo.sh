@@ -3,9 +3,9 @@
 # conversations, base-model evaluation (vLLM), fine-tuning through `accelerate launch`, evaluation of the
 # fine-tuned checkpoint, the gains, and how much of the fine-tuned model's skill comes from the pixels (its loss
 # with real vs. blank images).
-#   scripts/demo.sh [OUT_DIR]          about 15 minutes from a fresh clone: the benchmark's page mix at 64 image
-#                                      tokens, the six settings; the model learns the answer format, not to read
-#                                      (README "What the demo shows")
+#   scripts/demo.sh [OUT_DIR]          about 12 minutes from a fresh clone (683 s measured): the benchmark's page
+#                                      mix at 64 image tokens, the six settings; the model learns the answer
+#                                      format, not to read (README "What the demo shows")
 #   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; README "What the demo shows"): legible pages
 #                                      (--profile legible) at 324 image tokens, and a base model whose vision
 #                                      tower was first warmed up on handwriting (gbtrain.warmup), frozen in SFT
@@ -79,8 +79,8 @@ $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" --config con
   target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX vision.max_pixels=$MAX_PX max_length=2048 \
   tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05
 
-EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens 384
-           --max-model-len 4096 --batch-size 64 --overlays 3)
+EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all
+           "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens 384 --max-model-len 4096 --batch-size 64 --overlays 3)
 log "evaluate the base model (six settings${THREE_TURN:+ + three-turn}, $EVAL_RECORDS held-out records per level)"
 $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}" > "$OUT/eval-base.log"
 
@@ -88,7 +88,8 @@ log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py)"
 $VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml \
   model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" max_steps="$STEPS" \
   max_length=2048 pack_tokens=2048 \
-  eval_steps=$EVAL_EVERY save_steps=$EVAL_EVERY logging_steps=25 limit_eval_samples=32 "${TRAIN_ARGS[@]}" 2>&1 | tee "$OUT/train.log" \
+  eval_steps=$EVAL_EVERY save_steps=$EVAL_EVERY logging_steps=25 limit_eval_samples=32 "${TRAIN_ARGS[@]}" 2>&1 \
+  | tee "$OUT/train.log" \
   | grep -E "^\{|'loss'" || true
 test -f "$OUT/sft-model/train_summary.json"
 
