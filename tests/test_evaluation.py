@@ -50,9 +50,9 @@ def test_merge_turns():
 
 @pytest.mark.slow
 def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_dir, tiny_qwen3_dir, tmp_path):
-    """The README's GPU command on CPU, with the same flags: two data-parallel engines, a vLLM judge (Qwen3
-    template) that starts after the evaluated engines are closed, in the same process. Two L1-af predictions are
-    on disk before the run (the ground truth, so their answers reach the judge; a random model's rarely do)."""
+    """The README's GPU command on CPU, with the same flags: two data-parallel engines (one process each), then a
+    vLLM judge (Qwen3 template) in this process once they are closed. Two L1-af predictions are on disk before
+    the run (the ground truth, so their answers reach the judge; a random model's rarely do)."""
     from gbtrain.annotations import load_level
     from gbtrain.conversations import answer_items
     from gbtrain.coords import PixelBudget
@@ -90,6 +90,28 @@ def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_d
     run_eval(tiny_model_dir, synth_dir, out, *args)
     assert (out / "report.json").read_bytes() == first
     assert len(pred.read_text().splitlines()) == 2  # no duplicated record
+
+
+@pytest.mark.slow
+def test_the_vllm_judge_starts_after_the_evaluated_engine_is_closed(synth_dir, tiny_model_dir, tiny_qwen3_dir,
+                                                                     tmp_path):
+    """Predictions already on disk (the ground truth, so every answer reaches the answer gate): the run starts
+    the evaluated engine in this process (no data-parallel ranks), has nothing left to generate, closes it, then
+    asks the Qwen3 judge in the same process."""
+    from gbtrain.annotations import load_level
+    from gbtrain.conversations import answer_items
+    from gbtrain.coords import PixelBudget
+
+    out = tmp_path / "ev"
+    (out / "predictions").mkdir(parents=True)
+    budget = PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS)
+    with open(out / "predictions" / "L1-af.jsonl", "w", encoding="utf-8") as f:
+        for r in load_level(synth_dir, "L1").records[:2]:
+            f.write(json.dumps({"id": r.record_id, "response": json.dumps(answer_items(r, "qwen25", budget))}) + "\n")
+    report = run_eval(tiny_model_dir, synth_dir, out, "--settings", "L1-af", "--judge", f"vllm:{tiny_qwen3_dir}",
+                      *TEST_PIXELS)
+    replies = report["settings"]["L1-af"]["judge_replies"]
+    assert replies["asked"] > 0 and replies["yes"] + replies["no"] + replies["unclear"] == replies["asked"]
 
 
 @pytest.mark.slow
