@@ -46,7 +46,7 @@ else
   PROFILE=gradingbench
   MODEL_ARGS=()
   TRAIN_ARGS=()
-  THREE_TURN=()  # the three-turn decomposition would triple the evaluations' generation: --full runs it
+  THREE_TURN=()  # the three-turn decomposition takes 3.5x the six settings' generation time: --full runs it
 fi
 mkdir -p "$OUT"
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }
