@@ -15,7 +15,7 @@ import time
 
 from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.config import BuildConfig, keys_epilog, load_config
-from gbtrain.sft_dataset import build_sft_dataset
+from gbtrain.data.sft_dataset import build_sft_dataset
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ lists them (OUT/convert_report.json and this summary). Check the result with dat
 from __future__ import annotations
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.converters import ConvertRun, convert, load_mapping, summary_lines
+from gbtrain.data.converters import ConvertRun, convert, load_mapping, summary_lines
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ and every problem the reader finds in lenient mode (each naming file and record)
 from __future__ import annotations
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.preview import PreviewRun, preview, summary_lines
+from gbtrain.data.preview import PreviewRun, preview, summary_lines
 
 
 def main() -> None:

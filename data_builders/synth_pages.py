@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.synth.generate import SynthRun, generate_dataset
+from gbtrain.data.synth.generate import SynthRun, generate_dataset
 
 RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.html_report import write_comparison_page
-from gbtrain.reports import METRICS, CompareRun, compare, compare_plot
+from gbtrain.evaluation.html_report import write_comparison_page
+from gbtrain.evaluation.reports import METRICS, CompareRun, compare, compare_plot
 
 
 def _report(path: str) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.grading import GradeRun, grade_pages
+from gbtrain.evaluation.grading import GradeRun, grade_pages
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.evaluation import EvalRun, evaluate_checkpoint
-from gbtrain.reports import markdown
+from gbtrain.evaluation.reports import markdown
+from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.scoring import ScoreRun, score_file
+from gbtrain.metric.scoring import ScoreRun, score_file
 
 
 def main() -> None:

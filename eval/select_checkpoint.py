@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.selection import SelectRun, markdown, select_checkpoint
+from gbtrain.evaluation.selection import SelectRun, markdown, select_checkpoint
 
 
 def main() -> None:

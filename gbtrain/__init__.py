@@ -1,21 +1,18 @@
 """gbtrain: supervised fine-tuning of vision-language models for end-to-end exam grading.
 
-Modules, one job each:
-- ``schema``: typed annotation records (pages, marks, question groups) and the label vocabularies.
-- ``annotations``: read, validate and write the GradingBench on-disk layout.
-- ``coords``: the Qwen2.5-VL resize rule and every box coordinate convention.
-- ``synth``: the synthetic exam-page generator (the embedded default dataset).
-- ``prompts``: the instructions shown to the model, shared by training and evaluation.
-- ``conversations``: SFT conversations (targets as JSON) built from records.
-- ``sft_dataset``: the SFT DatasetDict build, its card, and loading for training.
-- ``config``: YAML configs with command-line overrides.
-- ``collator``, ``modeling``, ``training``, ``merge``: the SFT recipe (labels, packing, model setup,
-  trainer, LoRA merge).
-- ``backends``, ``evaluation``, ``reports``: inference backends, resumable batch evaluation, tables,
-  plots, overlays and gains.
-- ``parsing``, ``judges``, ``scoring``: the metric.
-- ``tiny_model``: a tiny, locally built Qwen2.5-VL for CPU tests and the demo.
-- ``cli``: how every entry script ends a user error (one line naming the input, exit code 2).
+The package is laid out by the pipeline's stages, each importing only from the stages before it
+(tests/test_layering.py holds it):
+
+0. core (these top-level modules): ``vocabulary`` (levels, modes, settings), ``schema`` (typed annotation
+   records), ``families`` (what differs between Qwen2.5-VL and Qwen3-VL), ``coords`` (the resize rule and every box
+   convention), ``prompts`` (the instructions shared by training and evaluation), ``config`` (options, YAML configs,
+   overrides), ``cli`` (flags and one-line user errors), ``text`` (what may leave the program).
+1. ``data``: annotations, converters, the synthetic generator, SFT conversations and datasets.
+2. ``train``: collator, packed attention, model setup, trainer, LoRA merge.
+3. ``inference``: the vLLM, transformers and OpenAI-compatible backends.
+4. ``metric``: reply parsing, judges, the gated metric and mAP.
+5. ``evaluation``: evaluation runs, reports, grading new pages, checkpoint selection, probes.
+6. ``miniature``: tiny hub-shaped models and the vision warm-up, for CPU work.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""What entry scripts share: the options of every tool that asks a checkpoint, and how a user error ends:
+"""What entry scripts share: flags made from options dataclasses, and how a user error ends:
 one line on stderr, `prog: what is wrong (and the way out)`, and exit code 2, the code argparse gives a bad
 option; a bug keeps its traceback.
 
@@ -19,8 +19,8 @@ from typing import TypeVar
 
 from omegaconf import OmegaConf
 
-from gbtrain.backends import ModelOptions, without_credentials
 from gbtrain.config import field_default, help_of, load_yaml
+from gbtrain.text import without_credentials
 
 T = TypeVar("T")
 USER_ERRORS = (ValueError, OSError)
@@ -63,14 +63,14 @@ def _close_progress_bars() -> None:
 def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | None = None,
                 require: bool = True) -> None:
     """One flag per field of a tool's options dataclass (`--kebab-case`, its default, help and choices from
-    config.option): the required fields first, then the tool's own, then the ModelOptions it extends. `defaults`
-    (a --config file's values) replace the fields' own and make a required flag optional. A flag defaulting to
-    true comes with its --no- form (every flag does with require=False: the first pass of parse_options). A
+    config.option): the required fields first, then the tool's own, then those of a shared group (the model
+    options). `defaults` (a --config file's values) replace the fields' own and make a required flag optional. A flag
+    defaulting to true comes with its --no- form (every flag does with require=False:
+    the first pass of parse_options). A
     positional field is an argument given by its place instead."""
     types = {"int": int, "float": float, "str": str}
     defaults = defaults or {}
-    model_fields = {f.name for f in fields(ModelOptions)} if issubclass(options, ModelOptions) else set()
-    ordered = sorted(fields(options), key=lambda f: (field_default(f) is not MISSING, f.name in model_fields))
+    ordered = sorted(fields(options), key=lambda f: (field_default(f) is not MISSING, f.metadata.get("group", "")))
     for f in ordered:
         flag = "--" + f.name.replace("_", "-")
         default = defaults.get(f.name, field_default(f))

@@ -24,12 +24,13 @@ T = TypeVar("T")
 
 
 def option(default: Any = MISSING, help: str | Callable[[], str] = "",
-           choices: tuple | Callable[[], tuple] | None = None, positional: bool = False) -> Any:
+           choices: tuple | Callable[[], tuple] | None = None, positional: bool = False, group: str = "") -> Any:
     """A tool option's dataclass field: its default, `--help` text and choices (callables are read when the parser
     is built, so a registry's entries added later are offered), from which gbtrain.cli.add_options makes its flag.
-    `positional`: an argument given by its place (compare.py's two reports; a list: any number of them). A list or
-    dict default is copied for each instance."""
-    metadata = {"help": help, "choices": choices, "positional": positional}
+    `positional`: an argument given by its place (compare.py's two reports; a list: any number of them). `group`:
+    options a family of tools shares (the model options of every tool that asks a checkpoint), listed after each
+    tool's own in `--help`. A list or dict default is copied for each instance."""
+    metadata = {"help": help, "choices": choices, "positional": positional, "group": group}
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -63,7 +64,7 @@ class BuildConfig:
     out: str = option("???", "the folder written (also --out)")
     target_count: int = option(10_000, "conversations to build (split in proportion to pages)")
     seed: int = option(0, "seed of the page split and of the sampling of records")
-    coords: str = option("qwen25", "box convention (README: Coordinates)")
+    coords: str = option("qwen25", "box convention (docs/metric.md#coordinates)")
     vision: PixelBudget = field(default_factory=PixelBudget)  # the budget shared with training and evaluation
     max_length: int = option(8192, "longest conversation kept, in tokens, image included; longer ones are dropped "
                                    "and counted")
@@ -194,7 +195,7 @@ def keys_epilog(schema: type) -> str:
 
 def keys_table(schema: type, flags: bool = False, leave_out: frozenset[str] = frozenset()) -> str:
     """A Markdown table of a config's keys (or, `flags`, a tool's flags and positional arguments) with each default
-    and help: the README's key tables are these (scripts/readme_keys.py writes them, tests/test_config.py checks
+    and help: the key tables of docs/ are these (scripts/doc_keys.py writes them, tests/test_config.py checks
     them), so that a key cannot be added, renamed or re-defaulted without its row."""
     rows = [f"| {'flag' if flags else 'key'} | default | meaning |", "|---|---|---|"]
     for key, f, default in config_fields(schema):
@@ -293,7 +294,7 @@ class TrainConfig:
     gradient_checkpointing: bool = option(True, "non-reentrant activation checkpointing")
     attn_implementation: str = option("sdpa", "sdpa or eager; on a GPU flex_attention (packed rows skip the blocks "
                                               "between samples; no extra package) or flash_attention_2 (varlen, "
-                                              "flash-attn installed; README: Packed attention)")
+                                              "flash-attn installed; docs/benchmarks.md)")
     precision: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bf16 (refused on a CPU machine) or fp32")
     liger: bool = option(False, "Liger kernels (GPU + liger-kernel)")
     eval_steps: int = option(200, "eval loss on the validation split every this many steps")

@@ -73,7 +73,7 @@ class PixelBudget:
         return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
 
     def processor_size(self) -> dict[str, int]:
-        """The `size` of the transformers Qwen2-VL image processor (gbtrain.modeling.load_processor sets it)."""
+        """The `size` of the transformers Qwen2-VL image processor (gbtrain.train.modeling.load_processor sets it)."""
         return {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels}
 
     def mm_processor_kwargs(self) -> dict[str, int]:

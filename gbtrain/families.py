@@ -3,7 +3,7 @@
 A family says how images become tokens (the resize factor: patch size x spatial merge), which box convention
 its pre-training used, which transformers classes hold its mRoPE index and its backbone, and where its vision
 tower and merger sit among the parameters (for freezing, LoRA, learning-rate groups and the ZeRO-3 guard).
-Adding a family is one entry in FAMILIES plus a tiny hub-shaped model (gbtrain.tiny_model) for its tests.
+Adding a family is one entry in FAMILIES plus a tiny hub-shaped model (gbtrain.miniature.tiny_model) for its tests.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class ModelFamily:
     name: str
-    model_types: tuple[str, ...]  # config.json `model_type` values (the first: what gbtrain.tiny_model writes)
+    model_types: tuple[str, ...]  # config.json `model_type` values (the first: what miniature.tiny_model writes)
     patch_factor: int  # image side per LLM token, in px: vision patch x spatial merge; smart_resize rounds to it
     native_coords: str  # the box convention (gbtrain.coords) its pre-training taught
     backbone_classes: tuple[str, ...]  # transformers classes of the inner model (mRoPE index, vision-tower hook)

@@ -19,6 +19,11 @@ MODE_SHORT = {ANSWER_FREE: "af", ANSWER_BASED: "ab"}  # a mode in setting names
 MODE_OF_SHORT = {short: mode for mode, short in MODE_SHORT.items()}
 THREE_TURN_SUFFIX = "-3t"
 
+# The one list of words meaning true / false: true/false answers (gbtrain.metric.judges) and the model's right/wrong
+# judgments (gbtrain.metric.parsing, which adds the digits and the cross that only a judgment can mean).
+TRUE_WORDS = frozenset({"true", "t", "yes", "y", "right", "correct", "对", "正确", "√", "✓", "✔"})
+FALSE_WORDS = frozenset({"false", "f", "no", "n", "wrong", "incorrect", "错", "错误", "×", "✗", "✘"})
+
 
 def setting_name(level: str, mode: str, three_turn: bool = False) -> str:
     """A setting's name: `L1-af`, `L3-ab-3t`."""

@@ -9,7 +9,7 @@ falling back to the base; the generation config comes from the base.
 from __future__ import annotations
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.merge import MergeRun, merge_lora
+from gbtrain.train.merge import MergeRun, merge_lora
 
 
 def main() -> None:

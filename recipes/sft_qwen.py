@@ -19,7 +19,7 @@ import json
 
 from gbtrain.cli import HelpFormatter, user_errors
 from gbtrain.config import TrainConfig, keys_epilog, load_config
-from gbtrain.training import train
+from gbtrain.train.trainer import train
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from gbtrain.cli import parse_options
 from gbtrain.config import BuildConfig, load_config, option
-from gbtrain.sft_dataset import build_sft_dataset
-from gbtrain.synth.generate import generate_dataset
+from gbtrain.data.sft_dataset import build_sft_dataset
+from gbtrain.data.synth.generate import generate_dataset
 
 
 @dataclass

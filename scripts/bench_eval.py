@@ -36,9 +36,10 @@ class BenchEval:
 
 
 def run_backend(args: BenchEval) -> dict:
-    from gbtrain.annotations import load_level
-    from gbtrain.backends import BACKENDS, BackendOptions, SamplingOptions, VLLMMemory, message
-    from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_budget
+    from gbtrain.data.annotations import load_level
+    from gbtrain.evaluation.engine import EvalOptions, Evaluator, Setting, default_budget
+    from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory, message
+    from gbtrain.inference.registry import BACKENDS
     from gbtrain.vocabulary import ANSWER_FREE, L1
 
     budget = default_budget(args.model)

@@ -46,7 +46,7 @@ def record_lengths(data: str, samples: int, out: str) -> None:
     """Lengths (tokens, image grid, answer tokens) of an interleaved L3/L1 selection of a built set's train split."""
     from transformers import AutoTokenizer
 
-    from gbtrain.sft_dataset import dataset_pixel_budget, finished_build, load_sft_dataset
+    from gbtrain.data.sft_dataset import dataset_pixel_budget, finished_build, load_sft_dataset
     from gbtrain.vocabulary import L1, L3
 
     built = finished_build(data)
@@ -123,7 +123,7 @@ def padded_batch(rows: list[dict], pad_id: int) -> dict:
 def packed_row(rows: list[dict], seq_lens: bool) -> dict:
     import torch
 
-    from gbtrain.attention import SEQ_LENS_KEY
+    from gbtrain.train.attention import SEQ_LENS_KEY
 
     text = torch.cat([torch.arange(len(r["input_ids"])) for r in rows])
     batch = {key: torch.cat([r[key] for r in rows])[None] for key in ("input_ids", "labels", "mm_token_type_ids")}
@@ -143,9 +143,9 @@ def _vision(rows: list[dict]) -> dict:
 def run_mode(args) -> dict:
     import torch
 
-    from gbtrain.collator import plan_packs
     from gbtrain.config import LoraSettings, TrainConfig
-    from gbtrain.modeling import check_options, llm_parameter_count, parameter_groups, setup_model, train_dtype
+    from gbtrain.train.collator import plan_packs
+    from gbtrain.train.modeling import check_options, llm_parameter_count, parameter_groups, setup_model, train_dtype
 
     packed, attn, checkpointing = MODES[args.mode]
     cfg = TrainConfig(model=args.model_config, dataset="-", output_dir="-", model_init="random", finetune=args.finetune,

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from gbtrain.cli import parse_options
 from gbtrain.config import option
-from gbtrain.conversations import answer_items
 from gbtrain.coords import PixelBudget
+from gbtrain.data.conversations import answer_items
+from gbtrain.metric.scoring import Predictions, ScoreOptions, read_predictions, score
 from gbtrain.schema import Mark, Record
-from gbtrain.scoring import Predictions, ScoreOptions, read_predictions, score
 from gbtrain.vocabulary import ANSWER_FREE, L3, LEVELS, MODES
 
 

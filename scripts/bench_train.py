@@ -61,11 +61,11 @@ def _mixed_indices(ds, n: int) -> list[int]:
 def run_mode(args: BenchTrain) -> dict:
     import torch
 
-    from gbtrain.collator import GradingCollator, RopeIndex, plan_packs
     from gbtrain.config import TrainConfig, load_config
-    from gbtrain.modeling import load_processor, parameter_groups, setup_model, train_dtype
-    from gbtrain.sft_dataset import LengthCounter
-    from gbtrain.training import filter_by_length, resolve_budget
+    from gbtrain.data.sft_dataset import LengthCounter
+    from gbtrain.train.collator import GradingCollator, RopeIndex, plan_packs
+    from gbtrain.train.modeling import load_processor, parameter_groups, setup_model, train_dtype
+    from gbtrain.train.trainer import filter_by_length, resolve_budget
 
     cfg = load_config(TrainConfig, args.config, args.overrides)
     torch.manual_seed(cfg.seed)
@@ -78,7 +78,7 @@ def run_mode(args: BenchTrain) -> dict:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
-    from gbtrain.sft_dataset import load_sft_dataset
+    from gbtrain.data.sft_dataset import load_sft_dataset
 
     train = load_sft_dataset(cfg.dataset)["train"]
     train, _ = filter_by_length(train, LengthCounter(processor.tokenizer, budget), cfg.max_length, "train")

@@ -5,10 +5,10 @@
 # with real vs. blank images).
 #   scripts/demo.sh [OUT_DIR]          about 12 minutes from a fresh clone (683 s measured): the benchmark's page
 #                                      mix at 64 image tokens, the six settings; the model learns the answer
-#                                      format, not to read (README "What the demo shows")
-#   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; README "What the demo shows"): legible pages
+#                                      format, not to read (docs/demo.md)
+#   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; docs/demo.md): legible pages
 #                                      (--profile legible) at 324 image tokens, and a base model whose vision
-#                                      tower was first warmed up on handwriting (gbtrain.warmup), frozen in SFT
+#                                      tower was first warmed up on handwriting (gbtrain.miniature.warmup), frozen in SFT
 # (default OUT_DIR runs/demo-<timestamp>). Sizes can be changed through the environment: DEMO_PAGES,
 # DEMO_CONVERSATIONS, DEMO_EVAL_RECORDS, DEMO_TRAIN_STEPS, DEMO_HIDDEN, DEMO_LAYERS, DEMO_COORDS,
 # DEMO_WARMUP_STEPS. On a GPU machine, GBTRAIN_VENV=<an environment with CUDA torch and the extras> makes the same
@@ -34,7 +34,7 @@ if $FULL; then
   MAX_PX=254016    # 324 * 28*28: a legible page's handwriting stays about one image token tall
   PROFILE=legible
   # A tower that reads 18 handwritten characters needs more width than the 64 of the plain miniature; it is
-  # trained before SFT (gbtrain.warmup) and frozen during it, with the language model at a rate that keeps it
+  # trained before SFT (gbtrain.miniature.warmup) and frozen during it, with the language model at a rate that keeps it
   MODEL_ARGS=(--vision-hidden 128 --vision-depth 3 --vision-warmup-steps "${DEMO_WARMUP_STEPS:-2000}")
   TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true lr.llm=5e-4)
 else
@@ -63,7 +63,7 @@ fi
 PY=$VENV/bin/python
 DEVICE=(--cpu)
 if $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then DEVICE=(); fi
-# Optional, for speed and quiet (README "Memory and environment"); gbtrain sizes vLLM's memory itself.
+# Optional, for speed and quiet (docs/evaluation.md#memory-and-environment); gbtrain sizes vLLM's memory itself.
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
 export VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 

@@ -1,5 +1,5 @@
 """How much of a model's skill comes from the pixels: its loss on built SFT conversations with their
-images and with blank ones (gbtrain.probes).
+images and with blank ones (gbtrain.evaluation.probes).
 
     python scripts/image_reliance.py --model runs/sft-model --data runs/sft [--split validation --limit 32]
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.probes import RelianceRun, image_reliance
+from gbtrain.evaluation.probes import RelianceRun, image_reliance
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ comes from gbtrain's configs, as it must for a real checkpoint.
 from __future__ import annotations
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.tiny_model import TinyModelRun, make_tiny_model
-from gbtrain.warmup import WarmupOptions
+from gbtrain.miniature.tiny_model import TinyModelRun, make_tiny_model
+from gbtrain.miniature.warmup import WarmupOptions
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ def budget():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """Hub-shaped: its processor carries the hub's budget (3136-12845056), never the tests' one."""
-    from gbtrain.tiny_model import make_tiny_model
+    from gbtrain.miniature.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -30,7 +30,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_qwen3vl_dir(tmp_path_factory):
     """Hub-shaped tiny Qwen3-VL (its processor carries the hub's 65536-16777216 budget)."""
-    from gbtrain.tiny_model import make_tiny_model
+    from gbtrain.miniature.tiny_model import make_tiny_model
 
     return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen3vl") / "model", family="qwen3_vl")
 
@@ -56,7 +56,7 @@ def budget_for(model_dir):
 @pytest.fixture(scope="session")
 def tiny_qwen3_dir(tmp_path_factory):
     """A tiny Qwen3 with Qwen3's chat template: the LLM-judge stand-in."""
-    from gbtrain.tiny_model import make_tiny_qwen3
+    from gbtrain.miniature.tiny_model import make_tiny_qwen3
 
     return make_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "model")
 
@@ -64,7 +64,7 @@ def tiny_qwen3_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory):
     """Twelve synthetic pages in the GradingBench layout."""
-    from gbtrain.synth.generate import generate_dataset
+    from gbtrain.data.synth.generate import generate_dataset
 
     out = tmp_path_factory.mktemp("synth") / "data"
     generate_dataset(out, pages=12, seed=7, workers=2, progress=False)
@@ -76,7 +76,7 @@ def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
     """A small built SFT dataset (test pixel budget, exact lengths with the tiny tokenizer)."""
     from gbtrain.config import BuildConfig, MixConfig
     from gbtrain.coords import PixelBudget
-    from gbtrain.sft_dataset import build_sft_dataset
+    from gbtrain.data.sft_dataset import build_sft_dataset
 
     out = tmp_path_factory.mktemp("sft-train") / "data"
     cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=160, seed=3, validation_share=0.2,
@@ -91,7 +91,7 @@ def sft_qwen3vl_dir(synth_dir, tiny_qwen3vl_dir, tmp_path_factory):
     """A small SFT set built for the tiny Qwen3-VL: its own box convention (rel1000) and 32 px image tokens."""
     from gbtrain.config import BuildConfig
     from gbtrain.coords import PixelBudget
-    from gbtrain.sft_dataset import build_sft_dataset
+    from gbtrain.data.sft_dataset import build_sft_dataset
 
     out = tmp_path_factory.mktemp("sft-qwen3vl") / "data"
     cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=40, seed=3, validation_share=0.2,

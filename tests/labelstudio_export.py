@@ -2,7 +2,7 @@
 export them after labelling those pages with tests/fixtures/convert/labelstudio/label_config.xml plus one more
 per-region Choices, `format` (文本 / 图表 / 其他): uploads named `<8 hex>-<name>`, rectangles in percent of the
 original size, the question types, stages and formats spelled as the label config offers them (Chinese), subject
-and stage as task data. Read by `gbtrain.converters` with configs/convert/example.yaml and the override
+and stage as task data. Read by `gbtrain.data.converters` with configs/convert/example.yaml and the override
 `fields.content_format=format`, it gives back the folder's records (tests/test_workflow.py checks that)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from gbtrain.annotations import load_level
+from gbtrain.data.annotations import load_level
 from gbtrain.schema import Mark, Record
 from gbtrain.vocabulary import L2, L3
 

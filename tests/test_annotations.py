@@ -3,7 +3,7 @@ import json
 import pytest
 from PIL import Image
 
-from gbtrain.annotations import AnnotationError, load_dataset, load_level, write_level
+from gbtrain.data.annotations import AnnotationError, load_dataset, load_level, write_level
 from gbtrain.schema import HALF_RIGHT, RIGHT, UNANSWERED, UNKNOWN, WRONG
 
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 from PIL import Image
 
-from gbtrain.attention import PACKED_FLEX, SEQ_LENS_KEY, precompute_varlen_kwargs
-from gbtrain.collator import IGNORE_INDEX, GradingCollator, RopeIndex
 from gbtrain.config import TrainConfig
-from gbtrain.modeling import load_model, load_processor
+from gbtrain.train.attention import PACKED_FLEX, SEQ_LENS_KEY, precompute_varlen_kwargs
+from gbtrain.train.collator import IGNORE_INDEX, GradingCollator, RopeIndex
+from gbtrain.train.modeling import load_model, load_processor
 
 
 def sample(text: str, w: int, h: int, shade: int) -> dict:

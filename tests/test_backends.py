@@ -10,8 +10,9 @@ import pytest
 from conftest import run_script
 from PIL import Image
 
-from gbtrain.backends import OpenAIBackend, SamplingOptions, VLLMMemory, message
 from gbtrain.coords import PixelBudget
+from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
+from gbtrain.inference.openai import OpenAIBackend
 
 BUDGET = PixelBudget()  # GradingBench's 50176-1724800, what a user's 7B run uses
 # An A4 scan at 300 dpi (L3, and an L2 page), a question crop (L1) and a phone photo of a page.
@@ -34,8 +35,8 @@ def test_the_builders_count_is_not_the_hub_processors():
 
 
 def test_training_batches_see_the_builders_image_tokens(tiny_model_dir):
-    from gbtrain.collator import GradingCollator
-    from gbtrain.modeling import load_processor
+    from gbtrain.train.collator import GradingCollator
+    from gbtrain.train.modeling import load_processor
 
     processor = load_processor(str(tiny_model_dir), BUDGET)
     collator = GradingCollator(processor, max_length=1 << 20)
@@ -48,7 +49,7 @@ def test_training_batches_see_the_builders_image_tokens(tiny_model_dir):
 def test_a_processor_saved_after_loading_keeps_the_budget(tiny_model_dir, tmp_path):
     from transformers import AutoProcessor
 
-    from gbtrain.modeling import load_processor
+    from gbtrain.train.modeling import load_processor
 
     load_processor(str(tiny_model_dir), BUDGET).save_pretrained(tmp_path)
     size = AutoProcessor.from_pretrained(tmp_path).image_processor.size
@@ -80,13 +81,14 @@ def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path
     """Through gbtrain's backends: the image-token counts of vLLM and hf equal the builder's, and greedy replies
     are the same tokens on both although the checkpoint's generation_config.json asks for sampling (tokens, not
     text: the random miniature emits ids of the padded vocabulary, which each library decodes its own way)."""
-    from gbtrain.backends import HFBackend
+    from gbtrain.inference.hf import HFBackend
 
     assert json.loads((tiny_model_dir / "generation_config.json").read_text())["do_sample"] is True
     vllm = run_script(tmp_path, f"""
         import json
         from PIL import Image
-        from gbtrain.backends import SamplingOptions, VLLMBackend, VLLMMemory, message
+        from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
+        from gbtrain.inference.vllm import VLLMBackend
         from gbtrain.coords import PixelBudget
         if __name__ == "__main__":
             # float32 like the hf backend on CPU, so that greedy replies can be compared token for token
@@ -112,14 +114,15 @@ def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path
 def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
     """--data-parallel-size 2: two engines in their own processes and cores; the batch comes back in order and
     decodes exactly what one engine (and hf) decodes."""
-    from gbtrain.backends import HFBackend
+    from gbtrain.inference.hf import HFBackend
 
     prompts = [f"Grade question {i}." for i in range(5)]
     sizes = [(300 + 40 * i, 200 + 30 * i) for i in range(5)]
     tokens = run_script(tmp_path, f"""
         import json
         from PIL import Image
-        from gbtrain.backends import SamplingOptions, VLLMBackend, VLLMMemory, message
+        from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
+        from gbtrain.inference.vllm import VLLMBackend
         from gbtrain.coords import PixelBudget
         if __name__ == "__main__":
             backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=2048, data_parallel_size=2,
@@ -137,7 +140,8 @@ def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
 
 
 def test_credentials_in_a_url_never_reach_a_report():
-    from gbtrain.backends import judge_from_spec, without_credentials
+    from gbtrain.metric.judges import judge_from_spec
+    from gbtrain.text import without_credentials
 
     spec = "openai:judge-model@https://user:sk-secret@example.org/v1"
     assert "sk-secret" not in judge_from_spec(spec).name  # the name goes into every report
@@ -152,11 +156,12 @@ def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monke
 
     from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
 
-    from gbtrain import backends
     from gbtrain.cli import add_options
-    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
+    from gbtrain.inference import registry
+    from gbtrain.inference.base import RegisteredBackend
 
-    class EchoBackend(backends.RegisteredBackend):
+    class EchoBackend(RegisteredBackend):
         """Answers every conversation with "[]" and remembers how many it was asked."""
 
         name, usage, loads_model = "echo", "echo:MODEL", False
@@ -175,14 +180,14 @@ def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monke
         def close(self):
             pass
 
-    monkeypatch.setitem(backends.BACKENDS, "echo", EchoBackend)
+    monkeypatch.setitem(registry.BACKENDS, "echo", EchoBackend)
     ap = argparse.ArgumentParser()
     add_options(ap, EvalRun)
     assert ap.parse_args(["--model", "m", "--data", "d", "--out", "o", "--backend", "echo"]).backend == "echo"
-    made = backends.make_backend("echo:some-model", budget=BUDGET)
+    made = registry.make_backend("echo:some-model", budget=BUDGET)
     assert isinstance(made, EchoBackend) and made.model == "some-model" and made.budget == BUDGET
     with pytest.raises(ValueError, match=r"choose vllm, hf, openai or echo"):
-        backends.make_backend("tgi:m")
+        registry.make_backend("tgi:m")
     out = tmp_path / "ev"
     report = evaluate_checkpoint(EvalRun(model="m", data=str(synth_dir), out=str(out), backend="echo", settings="L1-af",
                                          limit=2, coords="qwen25", overlays=0, min_pixels=TEST_MIN_PIXELS,

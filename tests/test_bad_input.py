@@ -143,21 +143,21 @@ def release(env: Env) -> None:
 # ----------------------------------------------------------------------------------------------- data helpers
 @lru_cache(maxsize=32)
 def records(data: str, level: str):
-    from gbtrain.annotations import load_level
+    from gbtrain.data.annotations import load_level
 
     return load_level(data, level).records
 
 
 def truth(record, coords: str = "qwen25", budget=None) -> str:
-    from gbtrain.conversations import answer_items
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.conversations import answer_items
 
     return json.dumps(answer_items(record, coords, budget or PixelBudget()), ensure_ascii=False)
 
 
 def mini_data(env: Env, name: str = "data", counts: dict[str, int] | None = None) -> Path:
     """box/name: the first records of each level of the synthetic data (images copied: a tool may write them)."""
-    from gbtrain.annotations import annotation_path, image_path, record_to_raw
+    from gbtrain.data.annotations import annotation_path, image_path, record_to_raw
 
     src, dst = env.fixtures["synth"], env.box / name
     for level, n in (counts or {"L1": 3, "L2": 3, "L3": 1}).items():
@@ -527,7 +527,7 @@ def earlier_run(changes: dict | None = None, edit: Callable[[dict], None] | None
     """box/out as an earlier evaluation left it: run.json (made with EVAL_BASE plus `changes`) and one line."""
     def setup(env: Env) -> None:
         from gbtrain.coords import PixelBudget
-        from gbtrain.evaluation import EvalRun, claim_output_folder, run_identity
+        from gbtrain.evaluation.run import EvalRun, claim_output_folder, run_identity
 
         opts = {k[2:].replace("-", "_"): env.sub(v) for k, v in EVAL_BASE.items()} | (changes or {})
         if data_rel:
@@ -892,8 +892,8 @@ def earlier_training(*overrides: str, work: bool = True) -> Callable[[Env], None
     """box/run as an earlier run left it: its gbtrain_run.json (made with `overrides`) and a checkpoint."""
     def setup(env: Env) -> None:
         from gbtrain.config import TrainConfig, load_config
-        from gbtrain.sft_dataset import dataset_pixel_budget
-        from gbtrain.training import claim_output_dir
+        from gbtrain.data.sft_dataset import dataset_pixel_budget
+        from gbtrain.train.trainer import claim_output_dir
 
         cfg = load_config(TrainConfig, env.box / "train.yaml", list(overrides))
         cfg.vision = dataset_pixel_budget(cfg.dataset)
@@ -1382,7 +1382,7 @@ def adapter_dir(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def report_json(synth_dir, endpoint, tmp_path_factory):
     """A real report.json (two settings, two records each) for compare.py."""
-    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
 
     out = tmp_path_factory.mktemp("report") / "ev"
     evaluate_checkpoint(EvalRun(model="ok", data=str(synth_dir), out=str(out), backend="openai", base_url=endpoint.url,

@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from gbtrain.backends import BACKENDS, ModelOptions
 from gbtrain.cli import add_options, parse_options
 from gbtrain.config import field_default
-from gbtrain.converters import ConvertRun
-from gbtrain.evaluation import EvalRun
-from gbtrain.grading import GradeRun
-from gbtrain.merge import MergeRun
-from gbtrain.preview import PreviewRun
-from gbtrain.probes import RelianceRun
-from gbtrain.reports import CompareRun
-from gbtrain.scoring import ScoreRun
-from gbtrain.selection import SelectRun
-from gbtrain.synth.generate import SynthRun
-from gbtrain.tiny_model import TinyModelRun
+from gbtrain.data.converters import ConvertRun
+from gbtrain.data.preview import PreviewRun
+from gbtrain.data.synth.generate import SynthRun
+from gbtrain.evaluation.grading import GradeRun
+from gbtrain.evaluation.probes import RelianceRun
+from gbtrain.evaluation.reports import CompareRun
+from gbtrain.evaluation.run import EvalRun
+from gbtrain.evaluation.selection import SelectRun
+from gbtrain.inference.registry import BACKENDS, ModelOptions
+from gbtrain.metric.scoring import ScoreRun
+from gbtrain.miniature.tiny_model import TinyModelRun
+from gbtrain.train.merge import MergeRun
 
 ROOT = Path(__file__).resolve().parents[1]
 

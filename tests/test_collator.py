@@ -3,7 +3,7 @@ import torch
 from conftest import FAMILY_MODELS, budget_for
 from PIL import Image
 
-from gbtrain.collator import IGNORE_INDEX, ConversationEncoder, GradingCollator, RopeIndex, plan_packs
+from gbtrain.train.collator import IGNORE_INDEX, ConversationEncoder, GradingCollator, RopeIndex, plan_packs
 
 
 @pytest.fixture(scope="module", params=list(FAMILY_MODELS))
@@ -14,7 +14,7 @@ def model_dir(request):
 
 @pytest.fixture(scope="module")
 def processor(model_dir):
-    from gbtrain.modeling import load_processor
+    from gbtrain.train.modeling import load_processor
 
     return load_processor(model_dir, budget_for(model_dir))
 

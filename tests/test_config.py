@@ -62,8 +62,8 @@ def test_every_shipped_training_config_passes_the_option_checks(path, monkeypatc
 
     from omegaconf import OmegaConf
 
-    from gbtrain import modeling
     from gbtrain.config import TrainConfig
+    from gbtrain.train import modeling
 
     monkeypatch.setattr(modeling, "cuda_available", lambda: True)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
@@ -75,25 +75,27 @@ def test_every_shipped_training_config_passes_the_option_checks(path, monkeypatc
 
 @pytest.mark.parametrize("path", sorted(str(p) for p in (ROOT / "configs" / "data").glob("*.yaml")))
 def test_every_shipped_data_config_passes_the_option_checks(path):
-    from gbtrain.sft_dataset import _check_config
+    from gbtrain.data.sft_dataset import _check_config
 
     _check_config(load_config(BuildConfig, path, ["data=d", "out=o"]))
 
 
-def readme_keys():
-    """scripts/readme_keys.py as a module: the README regions and how each is written."""
-    spec = importlib.util.spec_from_file_location("readme_keys", ROOT / "scripts" / "readme_keys.py")
+def doc_keys():
+    """scripts/doc_keys.py as a module: the docs' key regions and how each is written."""
+    spec = importlib.util.spec_from_file_location("doc_keys", ROOT / "scripts" / "doc_keys.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass is made in a module that Python knows
     spec.loader.exec_module(module)
     return module
 
 
-def test_readme_key_tables_are_the_options_dataclasses():
-    """A key added, renamed, re-defaulted or re-explained in a dataclass without its README row fails here."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert readme_keys().rendered(text) == text, \
-        "the README's key tables differ from the options dataclasses: run scripts/readme_keys.py"
+def test_doc_key_tables_are_the_options_dataclasses():
+    """A key added, renamed, re-defaulted or re-explained in a dataclass without its docs row fails here."""
+    script = doc_keys()
+    for page in script.PAGES:
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        assert script.rendered(text, page) == text, \
+            f"docs/{page}: the key tables differ from the options dataclasses: run scripts/doc_keys.py"
 
 
 def test_the_key_tables_give_every_key_its_default_and_help():
@@ -103,10 +105,12 @@ def test_the_key_tables_give_every_key_its_default_and_help():
     assert rows["lora.r"] == ["`64`", "adapter rank |"] and rows["model"][0] == "required"
     assert all(meaning.strip(" |") for _, meaning in rows.values()), "a key without help"
     assert r"q_proj\|k_proj" in rows["lora.target_modules"][0]  # a pipe would split the cell
-    script = readme_keys()
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    script = doc_keys()
+    text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
     stale = text.replace("| `lora.r` | `64` |", "| `lora.r` | `32` |")
-    assert stale != text and script.rendered(stale) == text
-    assert "`32`" not in script.rendered(stale).split("<!-- keys:sft -->")[1].split("<!-- /keys:sft -->")[0]
-    with pytest.raises(ValueError, match=r"needs one <!-- keys:data --> \.\.\. <!-- /keys:data --> region"):
-        script.rendered("no markers")
+    fixed = script.rendered(stale, "training.md")
+    assert stale != text and fixed == text
+    assert "`32`" not in fixed.split("<!-- keys:sft -->")[1].split("<!-- /keys:sft -->")[0]
+    with pytest.raises(ValueError, match=r"docs/data.md needs one <!-- keys:data --> \.\.\. <!-- /keys:data --> "
+                                         r"region"):
+        script.rendered("no markers", "data.md")

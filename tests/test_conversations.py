@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from gbtrain.annotations import load_dataset
-from gbtrain.conversations import answer_items, build_conversation, group_answer, regions_to_grade
 from gbtrain.coords import CONVENTIONS, from_model, model_unit_size
+from gbtrain.data.annotations import load_dataset
+from gbtrain.data.conversations import answer_items, build_conversation, group_answer, regions_to_grade
 from gbtrain.schema import Box, Group, Mark, Record
 
 

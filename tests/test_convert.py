@@ -1,5 +1,5 @@
-"""Converters from annotation tools into the GradingBench layout (gbtrain.converters, data_builders/convert.py) and
-the preview / validate command (gbtrain.preview, data_builders/preview.py).
+"""Converters from annotation tools into the GradingBench layout (gbtrain.data.converters, data_builders/convert.py) and
+the preview / validate command (gbtrain.data.preview, data_builders/preview.py).
 
 The fixtures (tests/fixtures/convert, README.txt there cites each tool's export schema) hold two pages annotated
 once and exported by each tool: every converter must write the same records, which the strict reader accepts.
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gbtrain.annotations import load_dataset, load_level
-from gbtrain.converters import FORMATS, REPORT, convert, cvat, labelstudio, load_mapping
-from gbtrain.preview import preview, summary_lines
+from gbtrain.data.annotations import load_dataset, load_level
+from gbtrain.data.converters import FORMATS, REPORT, convert, cvat, labelstudio, load_mapping
+from gbtrain.data.preview import preview, summary_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "convert"

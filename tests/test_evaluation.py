@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
 
-from gbtrain.evaluation import ALL_SETTINGS, default_budget, default_coords, merge_turns, parse_settings
+from gbtrain.evaluation.engine import default_budget, default_coords, merge_turns, parse_settings
+from gbtrain.vocabulary import ALL_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_PIXELS = ("--min-pixels", TEST_MIN_PIXELS, "--max-pixels", TEST_MAX_PIXELS)
@@ -53,9 +54,9 @@ def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_d
     """The README's GPU command on CPU, with the same flags: two data-parallel engines (one process each), then a
     vLLM judge (Qwen3 template) in this process once they are closed. Two L1-af predictions are on disk before
     the run (the ground truth, so their answers reach the judge; a random model's rarely do)."""
-    from gbtrain.annotations import load_level
-    from gbtrain.conversations import answer_items
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.annotations import load_level
+    from gbtrain.data.conversations import answer_items
 
     out = tmp_path / "ev"
     (out / "predictions").mkdir(parents=True)
@@ -98,9 +99,9 @@ def test_the_vllm_judge_starts_after_the_evaluated_engine_is_closed(synth_dir, t
     """Predictions already on disk (the ground truth, so every answer reaches the answer gate): the run starts
     the evaluated engine in this process (no data-parallel ranks), has nothing left to generate, closes it, then
     asks the Qwen3 judge in the same process."""
-    from gbtrain.annotations import load_level
-    from gbtrain.conversations import answer_items
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.annotations import load_level
+    from gbtrain.data.conversations import answer_items
 
     out = tmp_path / "ev"
     (out / "predictions").mkdir(parents=True)
@@ -211,7 +212,7 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(request, synth_dir, tmp_pa
 
 def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
     from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
-    from gbtrain.tiny_model import HUB_LAYOUTS
+    from gbtrain.miniature.tiny_model import HUB_LAYOUTS
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(HUB_LAYOUTS["qwen2_5_vl"].preprocessor))
@@ -230,7 +231,7 @@ def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
 
 def test_the_l2_records_of_a_page_share_one_decoded_image(synth_dir, tmp_path):
     from gbtrain.coords import PixelBudget
-    from gbtrain.evaluation import EvalOptions, Evaluator
+    from gbtrain.evaluation.engine import EvalOptions, Evaluator
 
     ev = Evaluator(None, synth_dir, tmp_path, EvalOptions("qwen25", PixelBudget()), progress=False)
     records = ev.records("L2")
@@ -244,7 +245,7 @@ def test_an_output_folder_refuses_predictions_made_otherwise(synth_dir, tmp_path
     """A rerun into the same --out with another model, coords, budget, prompt or data is refused instead of
     reusing (and reporting under the new model) the old predictions; --overwrite discards them."""
     from gbtrain.coords import PixelBudget
-    from gbtrain.evaluation import EvalRun, claim_output_folder, run_identity
+    from gbtrain.evaluation.run import EvalRun, claim_output_folder, run_identity
 
     out = tmp_path / "ev"
     run = EvalRun(model="org/model-a", data=str(synth_dir), out=str(out), backend="openai",
@@ -273,7 +274,7 @@ def test_an_output_folder_refuses_predictions_made_otherwise(synth_dir, tmp_path
     ({"concurrency": 0}, "--concurrency"), ({"overlays": -1}, "--overlays"),
 ])
 def test_out_of_range_evaluation_options_are_refused(synth_dir, tmp_path, option, flag):
-    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
 
     run = EvalRun(model="org/model", data=str(synth_dir), out=str(tmp_path / "o"), backend="openai", **option)
     with pytest.raises(ValueError, match=flag):
@@ -288,7 +289,7 @@ def refuse_the_second(model: str, n: int) -> tuple[int, str]:
 
 
 def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goes_on(synth_dir, tmp_path):
-    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
 
     endpoint = ChatEndpoint(refuse_the_second)
     try:
@@ -310,7 +311,7 @@ def test_a_second_evaluation_into_a_busy_folder_is_refused(synth_dir, tmp_path):
     """Two runs appending to the same prediction files would interleave; the second is told who holds it."""
     import fcntl
 
-    from gbtrain.evaluation import EvalRun, evaluate_checkpoint
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
 
     out = tmp_path / "ev"
     out.mkdir()
@@ -328,9 +329,9 @@ def test_a_second_evaluation_into_a_busy_folder_is_refused(synth_dir, tmp_path):
 def test_evaluator_asks_the_prompts_the_model_was_trained_on(tmp_path):
     """An L2 record without question marks: the evaluator derives its region with the margin the checkpoint's
     training build used (recorded by the recipe), so its prompt is the builder's, byte for byte."""
-    from gbtrain.conversations import build_conversation
     from gbtrain.coords import CheckpointRecord, PixelBudget, read_checkpoint_record, write_checkpoint_record
-    from gbtrain.evaluation import EvalOptions, Evaluator, Setting, default_l2_margin
+    from gbtrain.data.conversations import build_conversation
+    from gbtrain.evaluation.engine import EvalOptions, Evaluator, Setting, default_l2_margin
     from gbtrain.schema import Mark, Record
 
     marks = [Mark(points=[(100, 100), (200, 150)], label="right", raw_label="right", mark_id="1-1", hand="4",

@@ -51,7 +51,7 @@ def test_the_builder_counts_tokens_in_the_models_own_size(synth_dir, tiny_qwen3v
     would be those of another model."""
     from gbtrain.config import BuildConfig
     from gbtrain.coords import PixelBudget
-    from gbtrain.sft_dataset import build_sft_dataset, dataset_pixel_budget
+    from gbtrain.data.sft_dataset import build_sft_dataset, dataset_pixel_budget
 
     cfg = BuildConfig(data=str(synth_dir), out=str(tmp_path / "sft"), target_count=20, tokenizer=str(tiny_qwen3vl_dir),
                       vision=PixelBudget(3136, 200_704), test_share=0.0, validation_share=0.1)
@@ -64,7 +64,7 @@ def test_the_builder_counts_tokens_in_the_models_own_size(synth_dir, tiny_qwen3v
 
 def test_a_processor_of_another_token_size_is_refused(tiny_qwen3vl_dir):
     from gbtrain.coords import PixelBudget
-    from gbtrain.modeling import load_processor
+    from gbtrain.train.modeling import load_processor
 
     with pytest.raises(ValueError, match=r"32 px tokens, but vision\.factor=28"):
         load_processor(str(tiny_qwen3vl_dir), PixelBudget())

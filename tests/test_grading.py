@@ -1,6 +1,6 @@
-"""Grading new, unannotated pages (gbtrain.grading, eval/grade_pages.py): pages found and PDFs rendered, the answer
-key and its prompt, replies mapped to page pixels, the output folder (per-page JSON, overlays, CSVs), resumption,
-refusals, and one run on the tiny model with the hf backend."""
+"""Grading new, unannotated pages (gbtrain.evaluation.grading, eval/grade_pages.py): pages found and PDFs rendered, the
+answer key and its prompt, replies mapped to page pixels, the output folder (per-page JSON, overlays, CSVs),
+resumption, refusals, and one run on the tiny model with the hf backend."""
 
 import csv
 import json
@@ -12,9 +12,18 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gbtrain import grading, prompts
+from gbtrain import prompts
 from gbtrain.coords import model_unit_size, to_model
-from gbtrain.grading import GradeRun, find_pages, grade_pages, grading_prompt, load_answer_key, load_page, read_reply
+from gbtrain.evaluation import grading
+from gbtrain.evaluation.grading import (
+    GradeRun,
+    find_pages,
+    grade_pages,
+    grading_prompt,
+    load_answer_key,
+    load_page,
+    read_reply,
+)
 from gbtrain.schema import Box
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,7 +181,7 @@ def test_answer_key_run_with_recorded_replies_writes_every_file_inside_out(tmp_p
 
 
 def test_a_page_the_endpoint_refused_is_counted_and_tried_again(tmp_path, budget, monkeypatch):
-    from gbtrain.backends import FailedReply
+    from gbtrain.inference.base import FailedReply
 
     pages = tmp_path / "pages"
     pages.mkdir()

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gbtrain.conversations import answer_items
 from gbtrain.coords import PixelBudget
-from gbtrain.evaluation import EvalOptions, Evaluator, Setting, merge_turns, parse_settings, write_reports
-from gbtrain.html_report import OVERLAY_WIDTH, markdown_html, run_page
-from gbtrain.judges import RuleJudge
-from gbtrain.reports import OUTCOMES, outcome
+from gbtrain.data.conversations import answer_items
+from gbtrain.evaluation.engine import EvalOptions, Evaluator, Setting, merge_turns, parse_settings
+from gbtrain.evaluation.html_report import OVERLAY_WIDTH, markdown_html, run_page
+from gbtrain.evaluation.reports import OUTCOMES, outcome
+from gbtrain.evaluation.run import write_reports
+from gbtrain.metric.judges import RuleJudge
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ('</pre><script>document.title="pwned"</script><img src="x" onerror="document.title=\'pwned\'">'

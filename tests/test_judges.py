@@ -1,6 +1,6 @@
 import pytest
 
-from gbtrain.judges import LLMJudge, RuleJudge, normalize_text, parse_yes_no
+from gbtrain.metric.judges import LLMJudge, RuleJudge, normalize_text, parse_yes_no
 
 
 @pytest.mark.parametrize(("answer", "reference", "same"), [

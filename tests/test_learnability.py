@@ -10,7 +10,7 @@ import random
 import pytest
 
 from gbtrain.families import QWEN2_5_VL
-from gbtrain.warmup import WarmupOptions, handwriting_crop
+from gbtrain.miniature.warmup import WarmupOptions, handwriting_crop
 
 # One handwritten character on a 4x2-token crop; the tower is the plain miniature's (64 wide, 2 blocks).
 TOY = WarmupOptions(steps=400, batch=32, charset="ABCD", max_chars=1, position_from=1.0)
@@ -54,10 +54,10 @@ def test_a_warmed_up_miniature_learns_to_read_through_the_recipe(tmp_path):
     from transformers import AutoModelForImageTextToText
 
     from gbtrain.config import FreezeSettings, LearningRates, TrainConfig
-    from gbtrain.modeling import load_processor
-    from gbtrain.probes import image_reliance
-    from gbtrain.tiny_model import make_tiny_model
-    from gbtrain.training import train
+    from gbtrain.evaluation.probes import image_reliance
+    from gbtrain.miniature.tiny_model import make_tiny_model
+    from gbtrain.train.modeling import load_processor
+    from gbtrain.train.trainer import train
 
     base = make_tiny_model(tmp_path / "base", vision_warmup=TOY)
     seen = json.loads((base / "gbtrain_warmup.json").read_text())["held_out"]

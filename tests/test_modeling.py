@@ -3,7 +3,7 @@ import torch
 from conftest import budget_for
 
 from gbtrain.config import FreezeSettings, LearningRates, LoraSettings, TrainConfig
-from gbtrain.modeling import (
+from gbtrain.train.modeling import (
     LLM,
     MERGER,
     VISION,
@@ -154,8 +154,8 @@ def test_packed_copies_get_identical_logits_without_extra_keywords(family_model_
     attends across the pack boundary."""
     from PIL import Image
 
-    from gbtrain.collator import GradingCollator, RopeIndex
-    from gbtrain.modeling import load_model, load_processor
+    from gbtrain.train.collator import GradingCollator, RopeIndex
+    from gbtrain.train.modeling import load_model, load_processor
 
     model = load_model(cfg(family_model_dir)).eval()
     sample = {"messages": [{"role": "user", "content": "Grade the page."},

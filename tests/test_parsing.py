@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gbtrain.parsing import (
+from gbtrain.metric.parsing import (
     EMPTY,
     MALFORMED,
     NO_JSON,
@@ -213,7 +213,7 @@ def test_hostile_output_is_unparsable_with_a_reason_not_a_crash(response, reason
 
 @pytest.mark.timeout(60)
 def test_the_rule_judge_refuses_absurd_numbers_quickly():
-    from gbtrain.judges import RuleJudge
+    from gbtrain.metric.judges import RuleJudge
 
     judge = RuleJudge()
     assert not judge.equivalent("1e999999999", "1")
@@ -222,7 +222,7 @@ def test_the_rule_judge_refuses_absurd_numbers_quickly():
 
 
 def test_predictions_with_broken_bytes_and_deep_lines(tmp_path):
-    from gbtrain.scoring import PredictionsError, read_predictions
+    from gbtrain.metric.scoring import PredictionsError, read_predictions
 
     path = tmp_path / "p.jsonl"
     path.write_bytes(b'{"id": "a", "response": "[{\\"text\\": \\"\xff\xfe\\"}]"}\n')

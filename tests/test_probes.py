@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from gbtrain.probes import image_reliance
+from gbtrain.evaluation.probes import image_reliance
 
 
 def test_image_reliance_compares_real_and_blank_images(tiny_model_dir, sft_dir):

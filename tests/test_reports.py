@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from gbtrain.reports import safe_name
+from gbtrain.text import safe_name
 
 
 def test_ids_become_file_names_that_stay_in_their_folder(tmp_path):
@@ -26,7 +26,7 @@ def _report(limit=2, judge="rule", groups=10, settings=("L1-af",)):
 def test_gains_only_between_reports_of_the_same_records_and_scoring():
     import pytest
 
-    from gbtrain.reports import compare
+    from gbtrain.evaluation.reports import compare
 
     text, rows = compare(_report(), _report())
     assert "| L1-af |" in text and rows[0]["accuracy"]["gain"] == 0

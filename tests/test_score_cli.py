@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import run_script
 
-from gbtrain.annotations import load_level
-from gbtrain.conversations import answer_items
 from gbtrain.coords import PixelBudget
+from gbtrain.data.annotations import load_level
+from gbtrain.data.conversations import answer_items
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,8 @@ def test_the_vllm_judge_turns_thinking_off(tiny_qwen3_dir, tmp_path):
     """The judge's prompt, as vLLM renders it with Qwen3's template, ends in an empty think block."""
     prompt = run_script(tmp_path, f"""
         import json
-        from gbtrain.backends import SamplingOptions, VLLMMemory, judge_backend, message
+        from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
+        from gbtrain.inference.registry import judge_backend
         if __name__ == "__main__":
             backend = judge_backend("vllm:{tiny_qwen3_dir}", VLLMMemory(1))
             out = backend.generate([[message("Are 4 and 4.0 equivalent?")]], SamplingOptions(max_tokens=4))

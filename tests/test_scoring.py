@@ -2,11 +2,10 @@ import json
 
 import pytest
 
-from gbtrain.annotations import load_dataset
-from gbtrain.conversations import answer_items
 from gbtrain.coords import CONVENTIONS, PixelBudget, to_model
-from gbtrain.schema import Box, Mark, Record
-from gbtrain.scoring import (
+from gbtrain.data.annotations import load_dataset
+from gbtrain.data.conversations import answer_items
+from gbtrain.metric.scoring import (
     Predictions,
     PredictionsError,
     ScoreOptions,
@@ -17,6 +16,7 @@ from gbtrain.scoring import (
     score,
     write_report,
 )
+from gbtrain.schema import Box, Mark, Record
 
 W, H = 1000, 800
 

@@ -1,6 +1,6 @@
-"""Checkpoint selection (gbtrain.selection, eval/select_checkpoint.py): finding a run's checkpoints, the ranking rule,
-the table, the evaluated split, the output folder's refusals, and one run on checkpoints the recipe saved (LoRA,
-merged per checkpoint, hf backend)."""
+"""Checkpoint selection (gbtrain.evaluation.selection, eval/select_checkpoint.py): finding a run's checkpoints, the
+ranking rule, the table, the evaluated split, the output folder's refusals, and one run on checkpoints the recipe
+saved (LoRA, merged per checkpoint, hf backend)."""
 
 import csv
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gbtrain.selection import (
+from gbtrain.evaluation.selection import (
     COPY_MARKER,
     Checkpoint,
     SelectRun,

@@ -5,7 +5,7 @@ import pytest
 
 from gbtrain.config import BuildConfig, MixConfig
 from gbtrain.coords import PixelBudget
-from gbtrain.sft_dataset import build_sft_dataset, load_sft_dataset, split_of
+from gbtrain.data.sft_dataset import build_sft_dataset, load_sft_dataset, split_of
 
 # the pixel budget of the session's tiny model (tests/conftest.py)
 TEST_MIN_PIXELS, TEST_MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 256
@@ -69,9 +69,9 @@ def test_lengths_are_the_processor_token_counts(built, tiny_model_dir):
     """num_tokens equals what the real processor produces, and its image tokens match image_grid_thw."""
     from PIL import Image
 
-    from gbtrain.conversations import with_image_placeholder
-    from gbtrain.modeling import load_processor
-    from gbtrain.sft_dataset import dataset_pixel_budget
+    from gbtrain.data.conversations import with_image_placeholder
+    from gbtrain.data.sft_dataset import dataset_pixel_budget
+    from gbtrain.train.modeling import load_processor
 
     out, _ = built
     proc = load_processor(tiny_model_dir, dataset_pixel_budget(out))
@@ -129,8 +129,8 @@ def test_trl_sft_trainer_accepts_the_dataset(built, tiny_model_dir, tmp_path):
     from transformers import AutoModelForImageTextToText
     from trl import SFTConfig, SFTTrainer
 
-    from gbtrain.modeling import load_processor
-    from gbtrain.sft_dataset import dataset_pixel_budget
+    from gbtrain.data.sft_dataset import dataset_pixel_budget
+    from gbtrain.train.modeling import load_processor
 
     out, _ = built
     train = load_sft_dataset(out)["train"].filter(lambda r: r["level"] == "L1").select(range(4))

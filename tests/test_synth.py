@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gbtrain.annotations import load_dataset
+from gbtrain.data.annotations import load_dataset
+from gbtrain.data.synth import fonts
+from gbtrain.data.synth.banks import BANKS, make_question
+from gbtrain.data.synth.banks import QUESTION_TYPES as BANK_TYPES
+from gbtrain.data.synth.generate import SynthOptions, generate_page, render_page
 from gbtrain.schema import QUESTION_TYPES, SUBJECTS
-from gbtrain.synth import fonts
-from gbtrain.synth.banks import BANKS, make_question
-from gbtrain.synth.banks import QUESTION_TYPES as BANK_TYPES
-from gbtrain.synth.generate import SynthOptions, generate_page, render_page
 
 
 def test_generated_dataset_passes_strict_validation(synth_dir):
@@ -37,7 +37,7 @@ def test_generated_dataset_passes_strict_validation(synth_dir):
 
 
 def test_same_seed_same_bytes_any_worker_count(tmp_path):
-    from gbtrain.synth.generate import generate_dataset
+    from gbtrain.data.synth.generate import generate_dataset
 
     digests = []
     for workers, out in ((1, tmp_path / "a"), (2, tmp_path / "b")):
@@ -92,7 +92,7 @@ def test_the_legible_profile_draws_large_elementary_mathematics():
     """The CPU demo's pages: only what its options allow, and handwriting that stays about one image token tall
     when a page is shrunk to the demo's full budget of 324 tokens (scripts/demo.sh --full)."""
     from gbtrain.coords import PixelBudget
-    from gbtrain.synth.generate import PROFILES
+    from gbtrain.data.synth.generate import PROFILES
 
     opts, budget = PROFILES["legible"], PixelBudget(3136, 324 * 28 * 28)
     records = [generate_page(2, i, opts).l3 for i in range(10)]
@@ -168,7 +168,7 @@ def test_the_built_wheel_generates_a_page(tmp_path):
     build = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
                             "--target", str(target), str(source)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
-    code = ("import sys, gbtrain; from gbtrain.synth.generate import generate_dataset\n"
+    code = ("import sys, gbtrain; from gbtrain.data.synth.generate import generate_dataset\n"
             "assert gbtrain.__file__.startswith(sys.argv[1]), gbtrain.__file__\n"
             "generate_dataset(sys.argv[2], pages=1, seed=0, workers=1, progress=False)\n")
     run = subprocess.run([sys.executable, "-c", code, str(target), str(tmp_path / "pages")], cwd=tmp_path,

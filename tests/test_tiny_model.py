@@ -16,7 +16,7 @@ def _family(model_dir):
 def test_loads_with_auto_classes_and_generates(family_model_dir):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from gbtrain.tiny_model import HUB_LAYOUTS, stock_chat_template
+    from gbtrain.miniature.tiny_model import HUB_LAYOUTS, stock_chat_template
 
     family = _family(family_model_dir)
     model = AutoModelForImageTextToText.from_pretrained(family_model_dir)

@@ -111,7 +111,7 @@ def test_lora_merge_loads_in_transformers_and_vllm(request, model_fixture, sft_f
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from gbtrain.modeling import MERGER, part_of
+    from gbtrain.train.modeling import MERGER, part_of
 
     sft_dir, tiny_model_dir = request.getfixturevalue(sft_fixture), request.getfixturevalue(model_fixture)
     adapter = tmp_path / "lora"
@@ -135,7 +135,8 @@ def test_lora_merge_loads_in_transformers_and_vllm(request, model_fixture, sft_f
     replies = run_script(tmp_path, f"""
         import json
         from PIL import Image
-        from gbtrain.backends import SamplingOptions, VLLMBackend, message
+        from gbtrain.inference.base import SamplingOptions, message
+        from gbtrain.inference.vllm import VLLMBackend
         if __name__ == "__main__":
             backend = VLLMBackend({str(merged)!r}, max_model_len=2048)
             replies = backend.chat([[message("Grade.", Image.new("RGB", (200, 150)))]], SamplingOptions(max_tokens=6))
@@ -152,7 +153,7 @@ def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
     from datasets import DatasetDict
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from gbtrain.sft_dataset import load_sft_dataset
+    from gbtrain.data.sft_dataset import load_sft_dataset
 
     rows = load_sft_dataset(sft_dir, decode_images=False)["train"].filter(
         lambda r: r["level"] == "L1" and r["turns"] == 1 and r["num_tokens"] < 600).select(range(3))
@@ -180,8 +181,8 @@ def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
 
 
 def test_overlong_samples_rejected_before_training(sft_dir, tiny_model_dir, budget):
-    from gbtrain.modeling import load_processor
-    from gbtrain.training import build_datasets
+    from gbtrain.train.modeling import load_processor
+    from gbtrain.train.trainer import build_datasets
 
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="unused", max_length=600,
                       packing=True, pack_tokens=4096)
@@ -193,7 +194,7 @@ def test_overlong_samples_rejected_before_training(sft_dir, tiny_model_dir, budg
 
 
 def test_vision_must_match_the_dataset(sft_dir, tiny_model_dir):
-    from gbtrain.training import resolve_budget
+    from gbtrain.train.trainer import resolve_budget
 
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir="o",
                       vision=PixelBudget(224 * 224, 2200 * 28 * 28))
@@ -207,7 +208,7 @@ def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tm
     """A new run into another run's output_dir would continue, mix or (save_total_limit) delete its
     checkpoints: refused, naming what differs; the same run continues only with --resume."""
     from gbtrain.config import TrainConfig
-    from gbtrain.training import claim_output_dir
+    from gbtrain.train.trainer import claim_output_dir
 
     out = tmp_path / "run"
     cfg = TrainConfig(model=str(tiny_model_dir), dataset=str(sft_dir), output_dir=str(out),
@@ -229,7 +230,7 @@ def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tm
 
 
 def test_an_adapter_is_merged_only_onto_its_base(tmp_path):
-    from gbtrain.merge import check_base
+    from gbtrain.train.merge import check_base
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()

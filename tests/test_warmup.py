@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gbtrain.families import FAMILIES, QWEN2_5_VL
-from gbtrain.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop
+from gbtrain.miniature.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -41,7 +41,7 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
     from transformers import AutoModelForImageTextToText
 
     from gbtrain.coords import PixelBudget
-    from gbtrain.modeling import load_processor
+    from gbtrain.train.modeling import load_processor
 
     side = QWEN2_5_VL.patch_factor
     w, h, row, col = 5 * side, 3 * side, 1, 3
@@ -86,7 +86,7 @@ def test_make_tiny_model_warms_the_vision_tower_only_and_records_it(tmp_path, fa
 
     from safetensors.torch import load_file
 
-    from gbtrain.tiny_model import make_tiny_model
+    from gbtrain.miniature.tiny_model import make_tiny_model
 
     def weights(folder):
         return {k: v for f in sorted(folder.glob("model-*.safetensors")) for k, v in load_file(f).items()}

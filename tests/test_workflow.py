@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from labelstudio_export import labelstudio_export
 
-from gbtrain.annotations import load_dataset, load_level
+from gbtrain.data.annotations import load_dataset, load_level
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

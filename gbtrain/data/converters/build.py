@@ -1,0 +1,399 @@
+"""From exported pages to GradingBench records: the mapping applied, every region checked, L2/L1 derived.
+
+Nothing is dropped silently: a region or page that cannot be mapped becomes an `Unmapped` entry naming the export
+file and the item (unknown label, unsupported shape, no verdict / id / transcription, an answer outside its
+question's region, a missing or unreadable image, ...). The caller decides: strict stops on the first, lenient
+leaves them out and lists them.
+
+Levels, as the synthetic generator writes them (gbtrain.data.synth.generate): L3 is the page with every answer mark;
+L2 is one record per question, `{page}_{k}` in reading order, with the question's answer marks and its question
+regions as context marks (without regions the SFT builder derives one from the answers); L1 is one crop per
+question, `{page}_q{question}`, around its regions and answers with the generator's margin.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image, ImageOps
+
+from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION
+from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
+from gbtrain.data.converters.sources import IMAGE_SUFFIXES, SourceItem, SourcePage, image_names
+from gbtrain.data.synth.generate import L1_MARGIN
+from gbtrain.schema import (
+    CONTENT_FORMAT_ALIASES,
+    CONTEXT,
+    LABEL_ALIASES,
+    QUESTION_TYPE_ALIASES,
+    STAGE_ALIASES,
+    SUBJECTS,
+    UNANSWERED,
+    Box,
+    Mark,
+    Record,
+)
+from gbtrain.text import safe_name
+from gbtrain.vocabulary import L1, L2, L3
+
+_ORIENTATION = 0x0112  # EXIF tag
+_SWAPS_SIDES = {5, 6, 7, 8}  # EXIF orientations that turn the image by 90 degrees
+
+
+@dataclass(frozen=True)
+class Unmapped:
+    """An exported item (or page) that is not converted, and why."""
+
+    file: str
+    item: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file} [{self.item}]: {self.message}"
+
+
+class _Unmappable(ValueError):
+    pass
+
+
+@dataclass
+class PageImage:
+    """A page's image file (or embedded bytes) and how it is written: as it is, or re-encoded upright / without
+    its EXIF orientation (the reader and the models take pixels as stored)."""
+
+    source: Path | bytes
+    format: str
+    orientation: int
+    upright: bool  # the export's coordinates are in the EXIF-turned frame
+
+    @property
+    def suffix(self) -> str:
+        return ".jpg" if self.format in ("JPEG", "MPO") else ".png"
+
+    def load(self) -> Image.Image:
+        im = Image.open(self.source if isinstance(self.source, Path) else io.BytesIO(self.source))
+        im.load()
+        return ImageOps.exif_transpose(im) if self.upright else im
+
+    def page_bytes(self, image: Image.Image) -> bytes:
+        """The file as written: its own bytes when nothing changes, else `image` re-encoded (JPEG q95 or PNG)."""
+        if self.orientation == 1 and self.format in ("JPEG", "MPO", "PNG"):
+            return self.source.read_bytes() if isinstance(self.source, Path) else self.source
+        jpeg = self.suffix == ".jpg"
+        kept = ("L", "RGB") if jpeg else ("1", "L", "LA", "I", "P", "RGB", "RGBA")  # modes the format stores
+        buf = io.BytesIO()
+        (image if image.mode in kept else image.convert("RGB")).save(buf, format="JPEG" if jpeg else "PNG",
+                                                                     **({"quality": 95} if jpeg else {}))
+        return buf.getvalue()
+
+
+@dataclass
+class PagePlan:
+    page_id: str
+    image: PageImage
+    l3: Record
+    l2: list[Record]
+    l1: list[tuple[Record, tuple[int, int, int, int]]]  # crop record and its (x, y, width, height) on the page
+
+
+@dataclass
+class Plan:
+    pages_in: int = 0
+    pages: list[PagePlan] = field(default_factory=list)
+    unmapped: list[Unmapped] = field(default_factory=list)
+    ignored: Counter = field(default_factory=Counter)  # label -> regions left out by ignore_labels
+    unknown_values: Counter = field(default_factory=Counter)  # (field, value) -> regions, written as Other / None
+    notes: list[str] = field(default_factory=list)
+
+
+class ImageFinder:
+    """Finds an exported page's image: under the export's own folders and IMAGES by its path, else by its file
+    name anywhere below IMAGES (one match only), else its embedded bytes."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._index: dict[str, list[Path]] | None = None
+
+    def _by_name(self, name: str) -> list[Path]:
+        if self._index is None:
+            self._index = {}
+            for p in sorted(self.root.rglob("*")) if self.root.is_dir() else []:
+                if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file():
+                    self._index.setdefault(p.name, []).append(p)
+        return self._index.get(name, [])
+
+    def find(self, page: SourcePage) -> Path | bytes:
+        names = image_names(page.image_ref)
+        for folder in (*page.image_dirs, self.root):
+            for name in names:
+                if (folder / name).is_file():
+                    return folder / name
+        for name in names[1:] or names:  # file names only (the first name is the path, when it has folders)
+            found = self._by_name(name)
+            if len(found) > 1:
+                raise _Unmappable(f"image name {name!r} matches {len(found)} files under {self.root}: "
+                                  f"{', '.join(str(p) for p in found[:3])}")
+            if found:
+                return found[0]
+        if page.image_data:
+            return page.image_data
+        raise _Unmappable(f"image file not found: {page.image_ref!r} (looked for {', '.join(names)} under "
+                          f"{self.root}; set --images)")
+
+
+def _open_image(page: SourcePage, finder: ImageFinder) -> tuple[PageImage, tuple[int, int]]:
+    """The page's image and its size in the export's frame; a size the export contradicts is unmappable."""
+    source = finder.find(page)
+    name = source if isinstance(source, Path) else "the embedded imageData"
+    try:
+        with Image.open(source if isinstance(source, Path) else io.BytesIO(source)) as im:
+            im.load()  # a truncated or corrupt file fails here, not half-way through writing
+            fmt, (w, h), orientation = im.format, im.size, im.getexif().get(_ORIENTATION, 1)
+    except (OSError, SyntaxError, Image.DecompressionBombError) as e:
+        raise _Unmappable(f"cannot read image {name}: {e}") from None
+    turned = (h, w) if orientation in _SWAPS_SIDES else (w, h)
+    if page.size in (None, turned):
+        return PageImage(source, fmt, orientation, upright=orientation != 1), turned
+    if page.size == (w, h):  # annotated on the stored pixels, the EXIF turn not applied
+        return PageImage(source, fmt, orientation, upright=False), (w, h)
+    hint = f" (EXIF orientation {orientation})" if orientation != 1 else ""
+    raise _Unmappable(f"image {name} is {w}x{h}{hint}, the export says {page.size[0]}x{page.size[1]}")
+
+
+def _value(name: str | None, item: SourceItem, page: SourcePage | None = None) -> str | None:
+    """A field's text on the region (then on the page, when given); None when absent or blank."""
+    if name is None:
+        return None
+    value = item.label if name == LABEL_FIELD else item.attributes.get(name)
+    if (value is None or not value.strip()) and page is not None:
+        value = page.attributes.get(name)
+    return value.strip() if value is not None and value.strip() else None
+
+
+def _normalised(raw: str | None, aliases: dict[str, str], key: str, default, plan: Plan):
+    if raw is None:
+        return default
+    value = aliases.get(raw)
+    if value is None:
+        plan.unknown_values[(key, raw)] += 1
+        return default
+    return value
+
+
+def _check_box(points: list[tuple[float, float]], width: int, height: int) -> list[tuple[float, float]]:
+    """Points rounded to 0.01 px; an empty box or one outside the image (beyond the reader's tolerance) is
+    unmappable."""
+    points = [(round(x, 2), round(y, 2)) for x, y in points]
+    b = Box.enclosing(points)
+    shown = [round(v, 1) for v in b.as_list()]
+    if b.width <= 0 or b.height <= 0:
+        raise _Unmappable(f"empty box {shown}")
+    tol_x, tol_y = BOX_TOLERANCE_FRACTION * width, BOX_TOLERANCE_FRACTION * height
+    if b.x1 < -tol_x or b.y1 < -tol_y or b.x2 > width + tol_x or b.y2 > height + tol_y:
+        raise _Unmappable(f"box {shown} lies outside the {width}x{height} image")
+    return points
+
+
+def _verdict(raw: str | None, m: ConvertMapping) -> str:
+    if raw is None:
+        raise _Unmappable(f"no verdict (field {m.fields.verdict!r})")
+    label = m.verdicts.get(raw) or LABEL_ALIASES.get(raw) or LABEL_ALIASES.get(raw.lower())
+    if label is None or label == CONTEXT:
+        raise _Unmappable(f"verdict {raw!r} is not right / wrong / half_right / unanswered / unknown or an alias "
+                          f"(add it under verdicts: in the mapping)")
+    return label
+
+
+def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: ConvertMapping, plan: Plan) -> Mark:
+    """An answer region as a mark; raises _Unmappable naming what is missing."""
+    points = _check_box(item.points, *size)
+    label = _verdict(_value(m.fields.verdict, item), m)
+    mark_id = _value(m.fields.id, item)
+    if mark_id is None:
+        raise _Unmappable(f"no question id (field {m.fields.id!r})")
+    hand = _value(m.fields.hand, item)
+    if hand is None and label != UNANSWERED:
+        raise _Unmappable(f"answer {mark_id}: no transcription (field {m.fields.hand!r}); an answer left blank has "
+                          f"the verdict unanswered")
+    return Mark(points=points, label=label, raw_label=label, mark_id=mark_id, hand=hand or "",
+                std=_value(m.fields.std, item),
+                question_type=_normalised(_value(m.fields.question_type, item, page), QUESTION_TYPE_ALIASES,
+                                          "question_type", "Other", plan),
+                content_format=_normalised(_value(m.fields.content_format, item, page), CONTENT_FORMAT_ALIASES,
+                                           "content_format", "Other", plan),
+                stage=_stage(item, page, m, plan))
+
+
+def _stage(item: SourceItem, page: SourcePage, m: ConvertMapping, plan: Plan) -> str | None:
+    return _normalised(_value(m.fields.stage, item, page) or m.stage, STAGE_ALIASES, "stage", None, plan)
+
+
+def _subject(page: SourcePage, m: ConvertMapping) -> str:
+    raw = (page.attributes.get(m.fields.subject or "") or "").strip() or m.subject
+    if not raw:
+        raise _Unmappable("no subject: set subject: in the mapping, or fields.subject to the page attribute holding it")
+    return next((s for s in SUBJECTS if s.lower() == raw.lower()), raw)
+
+
+@dataclass
+class _Region:
+    item: SourceItem
+    points: list[tuple[float, float]]
+    qid: str | None
+    stage: str | None
+
+    @property
+    def box(self) -> Box:
+        return Box.enclosing(self.points)
+
+    def holds(self, mark: Mark) -> bool:
+        cx, cy = mark.box.center
+        b = self.box
+        return b.x1 <= cx <= b.x2 and b.y1 <= cy <= b.y2
+
+
+def _parent(mark: Mark) -> str:
+    return mark.mark_id.split("-", 1)[0]
+
+
+class PagePlanner:
+    """Plans one page after another, recording what cannot be mapped in the shared Plan."""
+
+    def __init__(self, mapping: ConvertMapping, finder: ImageFinder, plan: Plan):
+        self.m, self.finder, self.plan = mapping, finder, plan
+        self.page_ids: set[str] = set()
+
+    def _unmapped(self, page: SourcePage, where: str, message: str) -> None:
+        self.plan.unmapped.append(Unmapped(page.file, where, message))
+
+    def add(self, page: SourcePage) -> None:
+        self.plan.pages_in += 1
+        self.plan.notes += page.notes
+        try:
+            if page.problems:
+                raise _Unmappable("; ".join(page.problems))
+            image, size = _open_image(page, self.finder)
+            subject = _subject(page, self.m)
+        except _Unmappable as e:
+            self._unmapped(page, page.where, f"page left out: {e}")
+            return
+        answers, regions = self._regions(page, size)
+        regions = self._named(page, answers, regions)
+        answers = self._placed(page, answers, regions)
+        self.plan.pages.append(self._records(page, image, size, subject, answers, regions))
+
+    def _regions(self, page: SourcePage, size: tuple[int, int]) -> tuple[list[tuple[SourceItem, Mark]], list[_Region]]:
+        answers, regions = [], []
+        for item in page.items:
+            try:
+                kind = self._kind(item)
+                if kind == "ignore":
+                    self.plan.ignored[item.label] += 1
+                elif kind == "answer":
+                    answers.append((item, _answer(item, page, size, self.m, self.plan)))
+                else:
+                    points = _check_box(item.points, *size)
+                    qid = _value(self.m.fields.question_id, item)
+                    regions.append(_Region(item, points, qid, _stage(item, page, self.m, self.plan)))
+            except _Unmappable as e:
+                self._unmapped(page, item.where, str(e))
+        return answers, regions
+
+    def _kind(self, item: SourceItem) -> str:
+        m = self.m
+        kind = ("answer" if item.label in m.answer_labels else "question" if item.label in m.question_labels
+                else "ignore" if item.label in m.ignore_labels else None)
+        if kind is None:
+            raise _Unmappable(f"unknown label {item.label!r} (not in answer_labels, question_labels or "
+                              f"ignore_labels of the mapping)" if item.label else "a region without a label")
+        if kind != "ignore" and item.points is None:
+            raise _Unmappable(item.problem or "no shape")
+        return kind
+
+    def _named(self, page: SourcePage, answers: list[tuple[SourceItem, Mark]],
+               regions: list[_Region]) -> list[_Region]:
+        """The question regions with a question id: their own, else the one the answers inside them share."""
+        named = []
+        for r in regions:
+            inside = sorted({_parent(mk) for _, mk in answers if r.holds(mk)})
+            if r.qid is None and len(inside) == 1:
+                r.qid = inside[0]
+            if r.qid is not None:
+                named.append(r)
+                continue
+            self._unmapped(page, r.item.where, f"question region without a question id (field "
+                           f"{self.m.fields.question_id!r}) and " + (
+                               f"with answers of questions {', '.join(inside)}" if inside else "without answers"))
+        return named
+
+    def _placed(self, page: SourcePage, answers: list[tuple[SourceItem, Mark]], regions: list[_Region]) -> list[Mark]:
+        """The answers that lie in a region of their own question (every answer, on a page without regions)."""
+        if not regions:
+            return [mk for _, mk in answers]
+        kept = []
+        for item, mark in answers:
+            if any(r.qid == _parent(mark) and r.holds(mark) for r in regions):
+                kept.append(mark)
+                continue
+            others = sorted({r.qid for r in regions if r.holds(mark)})
+            self._unmapped(page, item.where, f"answer {mark.mark_id} lies in " + (
+                f"the region of question {', '.join(others)}, not of question {_parent(mark)}" if others else
+                "no question region"))
+        return kept
+
+    def _page_id(self, page: SourcePage) -> str:
+        stem = (image_names(page.image_ref) or ["page"])[-1].rsplit(".", 1)[0] or "page"
+        page_id, n = safe_name(stem), 1
+        while page_id in self.page_ids:
+            n += 1
+            page_id = f"{safe_name(stem)}-{n}"
+        if n > 1:
+            self.plan.notes.append(f"{page.file} [{page.where}]: page id {safe_name(stem)} taken, written as {page_id}")
+        self.page_ids.add(page_id)
+        return page_id
+
+    def _records(self, page: SourcePage, image: PageImage, size: tuple[int, int], subject: str, answers: list[Mark],
+                 regions: list[_Region]) -> PagePlan:
+        page_id = self._page_id(page)
+        w, h = size
+        rel = f"{safe_name(subject)}/{page_id}{image.suffix}"
+        plan = PagePlan(page_id, image, Record(page_id, L3, subject, rel, w, h, answers), [], [])
+        questions: dict[str, tuple[list[Mark], list[_Region]]] = {}
+        for mark in answers:
+            questions.setdefault(_parent(mark), ([], []))[0].append(mark)
+        for r in regions:
+            if r.qid in questions:
+                questions[r.qid][1].append(r)
+            else:
+                self.plan.notes.append(f"{page.file} [{r.item.where}]: question {r.qid} has no answer marks: not in "
+                                       f"L2/L1")
+
+        def top_left(q: tuple[list[Mark], list[_Region]]) -> tuple[float, float]:
+            b = Box.enclosing([*(mk.box for mk in q[0]), *(r.box for r in q[1])])
+            return b.y1, b.x1
+
+        for k, (qid, (marks, qregions)) in enumerate(sorted(questions.items(), key=lambda kv: top_left(kv[1]))):
+            context = [Mark(points=r.points, label=CONTEXT, raw_label=CONTEXT, mark_id=qid, question_id=qid,
+                            stage=r.stage) for r in qregions]
+            plan.l2.append(Record(f"{page_id}_{k}", L2, subject, rel, w, h, [*marks, *context]))
+            plan.l1.append(_crop(page_id, qid, subject, marks, [r.box for r in qregions], size))
+        return plan
+
+
+def _crop(page_id: str, qid: str, subject: str, marks: list[Mark], regions: list[Box],
+          size: tuple[int, int]) -> tuple[Record, tuple[int, int, int, int]]:
+    """The L1 record of one question and its (x, y, width, height) on the page: the crop around the question's
+    regions and answers (margin as the synthetic generator's), with the answer marks moved onto it."""
+    w, h = size
+    crop = Box.enclosing([*regions, *(mk.box for mk in marks)]).expand(L1_MARGIN * w, w, h)
+    cx, cy = round(crop.x1), round(crop.y1)
+    cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
+    shifted = [Mark(points=[(round(x - cx, 2), round(y - cy, 2)) for x, y in mk.points], label=mk.label,
+                    raw_label=mk.raw_label, mark_id=mk.mark_id, hand=mk.hand, std=mk.std,
+                    question_type=mk.question_type, content_format=mk.content_format, stage=mk.stage) for mk in marks]
+    name = f"{page_id}_q{safe_name(qid)}"
+    record = Record(name, L1, subject, f"{safe_name(subject)}/{name}.jpg", cw, ch, shifted, page=page_id)
+    return record, (cx, cy, cw, ch)

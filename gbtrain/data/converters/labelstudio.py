@@ -1,0 +1,119 @@
+"""Label Studio's JSON export (the full "JSON" format, a list of tasks; not JSON-MIN).
+
+Each task names its image in `data` and holds `annotations`, each a list of `result` entries. A region is the
+results that share one `id`: its geometry and label (rectanglelabels / polygonlabels, or rectangle / polygon with
+a labels result) and its per-region controls (TextArea -> `text`, Choices -> `choices`, Number -> `number`),
+read as attributes named by the control's `from_name`. Coordinates are percentages (0-100) of
+`original_width` / `original_height`; a rectangle's `rotation` turns it clockwise about its top-left corner.
+Results without a region (whole-task Choices or TextAreas) and the task's `data` values are page attributes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gbtrain.data.converters.sources import (
+    Points,
+    SourceItem,
+    SourcePage,
+    finite_points,
+    read_json,
+    rotated_rectangle,
+    scalar_attributes,
+    text,
+)
+
+_GEOMETRY = ("rectanglelabels", "polygonlabels", "rectangle", "polygon")
+_CONTROLS = {"textarea": "text", "choices": "choices", "number": "number"}
+_UNSUPPORTED = ("ellipselabels", "ellipse", "keypointlabels", "keypoint", "brushlabels", "brush")
+
+
+def read(path: Path, image_key: str) -> list[SourcePage]:
+    doc = read_json(path)
+    tasks = [doc] if isinstance(doc, dict) and "data" in doc else doc
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise ValueError(f"{path}: not a Label Studio JSON export (a list of tasks with 'data' and 'annotations')")
+    if tasks and not any("annotations" in t for t in tasks):
+        raise ValueError(f"{path}: no task has 'annotations': export with Label Studio's \"JSON\" format (not "
+                         f"JSON-MIN or CSV)")
+    return [_page(path, task, i, image_key) for i, task in enumerate(tasks)]
+
+
+def _page(path: Path, task: dict, index: int, image_key: str) -> SourcePage:
+    where = f"task {task.get('id', f'#{index}')}"
+    data = task.get("data") if isinstance(task.get("data"), dict) else {}
+    image_ref = text(data.get(image_key)) or text(task.get("file_upload")) or ""
+    page = SourcePage(str(path), where, image_ref, None, attributes=scalar_attributes(data, {image_key}))
+    if not image_ref:
+        page.problems.append(f"no image: the task data has no {image_key!r} (set image_key in the mapping)")
+    submitted = [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
+    if not submitted:
+        page.problems.append("no submitted annotation (only drafts, predictions or cancelled ones)")
+        return page
+    chosen = next((a for a in submitted if a.get("ground_truth")), submitted[0])
+    if len(submitted) > 1:
+        page.notes.append(f"{where}: {len(submitted)} annotations, used annotation {chosen.get('id')} (the ground "
+                          f"truth one, else the first)")
+    regions: dict[str, list[dict]] = {}
+    for i, result in enumerate(chosen.get("result") or []):
+        if isinstance(result, dict):
+            regions.setdefault(str(result.get("id") or f"#{i}"), []).append(result)
+    for rid, results in regions.items():
+        _region(page, f"{where}, region {rid!r}", results)
+    return page
+
+
+def _controls(results: list[dict]) -> dict[str, str]:
+    """Per-region control values by control name: several TextArea lines joined by newlines, choices by commas."""
+    out = {}
+    for r in results:
+        key = _CONTROLS.get(r.get("type"))
+        value = (r.get("value") or {}).get(key) if key else None
+        if value is not None:
+            values = value if isinstance(value, list) else [value]
+            out[str(r.get("from_name"))] = ("\n" if key == "text" else ",").join(str(v) for v in values)
+    return out
+
+
+def _region(page: SourcePage, where: str, results: list[dict]) -> None:
+    geometry = next((r for r in results if r.get("type") in _GEOMETRY), None)
+    attributes = _controls(results)
+    if geometry is None:
+        unsupported = next((r["type"] for r in results if r.get("type") in _UNSUPPORTED), None)
+        if unsupported is None:  # a whole-task control: a page attribute
+            page.attributes.update(attributes)
+            return
+        page.items.append(SourceItem(where, _label(results), None, attributes,
+                                     f"shape {unsupported!r} cannot be a box: draw a rectangle or polygon"))
+        return
+    size = (geometry.get("original_width"), geometry.get("original_height"))
+    if not all(isinstance(v, int | float) and v > 0 for v in size):
+        page.items.append(SourceItem(where, _label(results), None, attributes,
+                                     "no original_width / original_height to place the region in pixels"))
+        return
+    page.size = page.size or (int(size[0]), int(size[1]))
+    points = _points(geometry.get("value") or {}, float(size[0]), float(size[1]))
+    problem = None if points else f"unreadable {geometry.get('type')} coordinates"
+    page.items.append(SourceItem(where, _label(results), points, attributes, problem))
+
+
+def _label(results: list[dict]) -> str:
+    """The region's label; several are joined with '+' (no mapping names such a label: it is listed)."""
+    for r in results:
+        kind = str(r.get("type"))
+        labels = (r.get("value") or {}).get(kind) if kind.endswith("labels") else None
+        if labels:
+            return "+".join(str(x) for x in labels)
+    return ""
+
+
+def _points(value: dict, width: float, height: float) -> Points | None:
+    if "points" in value:
+        pts = finite_points(value["points"])
+        return [(x * width / 100, y * height / 100) for x, y in pts] if pts and len(pts) >= 3 else None
+    box = finite_points([(value.get("x"), value.get("y")), (value.get("width"), value.get("height"))])
+    if box is None:
+        return None
+    (x, y), (w, h) = box
+    return rotated_rectangle(x * width / 100, y * height / 100, w * width / 100, h * height / 100,
+                             float(value.get("rotation") or 0), about_center=False)

@@ -1,0 +1,132 @@
+"""Look at a GradingBench-layout folder before spending GPU hours on it: what the reader accepts (counts by level,
+label, subject, stage and question type), what it rejects (lenient mode: every problem, naming file and record),
+and the ground truth drawn on a few pages (boxes with ids, verdicts and transcriptions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+from gbtrain.config import option, overlapping
+from gbtrain.data.annotations import LoadedLevel, image_path, load_dataset
+from gbtrain.data.converters import REPORT
+from gbtrain.data.synth.fonts import draw_text
+from gbtrain.schema import CONTEXT, RIGHT, WRONG, Record
+from gbtrain.text import safe_name
+from gbtrain.vocabulary import L3, LEVELS
+
+COLORS = {RIGHT: (0, 150, 0), WRONG: (210, 0, 0), CONTEXT: (40, 90, 220)}
+OTHER_COLOR = (220, 130, 0)  # half_right, unanswered, unknown
+TEXT_CHARS = 40  # transcriptions longer than this are cut on the drawing
+
+
+@dataclass
+class PreviewRun:
+    """Everything one `data_builders/preview.py` call needs; each field is one of its flags (gbtrain.cli)."""
+
+    data: str = option(help="GradingBench-layout folder")
+    out: str = option(help="folder for the drawn pages and summary.json")
+    pages: int = option(8, "records to draw (spread over the level)")
+    level: str | None = option(None, "level to draw (default: L3, else the first present)", choices=LEVELS)
+
+
+def summarize(loaded: dict[str, LoadedLevel], data_dir: str | Path) -> dict:
+    """Counts per level as the lenient reader saw the folder, with every problem it found (and, for a converted
+    folder, what the converter left out)."""
+    summary: dict = {"levels": {}}
+    for level, lv in loaded.items():
+        groups = [g for r in lv.records for g in r.groups]
+        summary["levels"][level] = {
+            "records": len(lv.records), "groups": len(groups),
+            "question_regions": sum(len(r.context_regions) for r in lv.records),
+            "labels": dict(Counter(g.label for g in groups).most_common()),
+            "subjects": dict(Counter(r.subject for r in lv.records).most_common()),
+            "stages": dict(Counter(r.stage or "none" for r in lv.records).most_common()),
+            "question_types": dict(Counter(g.question_type for g in groups).most_common()),
+            "problems": [str(p) for p in lv.skipped], "warnings": [str(p) for p in lv.warnings],
+        }
+    report = Path(data_dir) / REPORT
+    if report.is_file():
+        conversion = json.loads(report.read_text(encoding="utf-8"))
+        summary["conversion"] = {"status": conversion.get("status"), "unmapped": len(conversion.get("unmapped", []))}
+    return summary
+
+
+def summary_lines(summary: dict, shown: int = 20) -> list[str]:
+    """The summary as the command prints it: one block per level, then the problems (the first `shown`)."""
+    lines = []
+    for level, s in summary["levels"].items():
+        lines += [f"{level}: {s['records']} records, {s['groups']} answer groups, {s['question_regions']} question "
+                  f"regions, {len(s['problems'])} records rejected",
+                  f"  labels {s['labels']}", f"  subjects {s['subjects']}", f"  stages {s['stages']}",
+                  f"  question types {s['question_types']}"]
+    problems = [p for s in summary["levels"].values() for p in s["problems"] + s["warnings"]]
+    lines.append(f"problems found by the reader: {len(problems)}" + (":" if problems else ""))
+    lines += [f"  {p}" for p in problems[:shown]]
+    if len(problems) > shown:
+        lines.append(f"  ... and {len(problems) - shown} more")
+    conversion = summary.get("conversion")
+    if conversion and conversion["status"] != "complete":
+        lines.append("the conversion that wrote this folder did not finish: rerun data_builders/convert.py")
+    elif conversion:
+        lines.append(f"left out by the conversion: {conversion['unmapped']} items (see {REPORT})")
+    return lines
+
+
+def draw_ground_truth(image: Image.Image, record: Record) -> Image.Image:
+    """The record's marks on its image: answer boxes coloured by verdict (green right, red wrong, orange other),
+    labelled `id verdict` above and `"transcription" | reference` below; question regions in blue."""
+    img = image.convert("RGB")
+    draw = ImageDraw.Draw(img)
+    size = max(12, img.width // 70)
+    for m in record.marks:
+        color = COLORS.get(m.label, OTHER_COLOR)
+        draw.polygon(m.points if len(m.points) > 2 else m.box.as_list(), outline=color, width=2 if m.is_context
+                     else 3)
+        b = m.box
+        if m.is_context:
+            draw_text(draw, b.x1 + 3, b.y1 + size + 2, f"Q{m.question_id or m.mark_id}", size, color)
+            continue
+        draw_text(draw, b.x1, max(size, b.y1 - 3), f"{m.mark_id} {m.label}", size, color)
+        hand = m.hand if len(m.hand) <= TEXT_CHARS else m.hand[:TEXT_CHARS - 1] + "…"
+        draw_text(draw, b.x1, b.y2 + size + 2, f'"{hand}"' + (f" | {m.std}" if m.reference else ""), size, color)
+    return img
+
+
+def pick(records: list[Record], n: int) -> list[Record]:
+    """n records spread evenly over the file (first, ..., last), so that a preview is not only its first pages."""
+    if n >= len(records):
+        return list(records)
+    return [records[round(i * (len(records) - 1) / max(1, n - 1))] for i in range(n)]
+
+
+def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | None = None) -> dict:
+    """Summarize DATA, draw `pages` records of LEVEL (default L3, else the first level present) into OUT as PNGs,
+    and write OUT/summary.json; returns the summary with the drawn files."""
+    data_dir, out = Path(data_dir), Path(out)
+    if pages < 0:
+        raise ValueError(f"--pages {pages}: must be at least 0")
+    overlap = overlapping("--out", out, {"--data": data_dir})
+    if overlap:
+        raise ValueError(f"{overlap[0]}: choose another --out")
+    loaded = load_dataset(data_dir, lenient=True)
+    summary = summarize(loaded, data_dir)
+    level = level or (L3 if L3 in loaded else next(iter(loaded)))
+    if level not in loaded:
+        raise ValueError(f"--level {level}: {data_dir} has no {level} annotations (it has {', '.join(loaded)})")
+    records = loaded[level].records
+    out.mkdir(parents=True, exist_ok=True)
+    drawn = []
+    for record in pick(records, pages):
+        with Image.open(image_path(data_dir, record)) as im:
+            path = out / f"{safe_name(record.record_id)}.png"
+            draw_ground_truth(im, record).save(path)
+        drawn.append(str(path))
+    summary["drawn"] = {"level": level, "files": drawn}
+    (out / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return summary

@@ -1,0 +1,377 @@
+"""Build the SFT DatasetDict: split pages, sample the conversation mix, check lengths, write the card.
+
+Output folder (``datasets.load_from_disk`` opens it; ``load_sft_dataset`` also rebases image paths
+when the folder was moved):
+
+    OUT/dataset_dict.json, train/, validation/, test/   the conversations
+    OUT/images/<level>/<subject>/<file>.jpg              each image once (rows refer to it by path)
+    OUT/card.md, OUT/stats.json, OUT/build_config.yaml   what was built, counted
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from gbtrain.config import BuildConfig, below_minimum, load_yaml, overlapping, to_yaml
+from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
+from gbtrain.data import annotations
+from gbtrain.data.conversations import Conversation, build_conversation, with_image_placeholder
+from gbtrain.families import DEFAULT_FAMILY, family_of_model
+from gbtrain.schema import Record
+from gbtrain.vocabulary import LEVELS, MODES
+
+SPLITS = ("train", "validation", "test")
+
+
+def split_of(page_id: str, seed: int, validation_share: float, test_share: float) -> str:
+    """Deterministic split of a page from a hash: stable when pages are added, never mixing a page."""
+    u = int(hashlib.sha256(f"{seed}:{page_id}".encode()).hexdigest()[:12], 16) / 16**12
+    if u < test_share:
+        return "test"
+    if u < test_share + validation_share:
+        return "validation"
+    return "train"
+
+
+@dataclass
+class Plan:
+    items: list[tuple[Record, str, bool, str]] = field(default_factory=list)  # record, mode, three_turn, split
+    shortfall: Counter = field(default_factory=Counter)  # (split, level, mode, turns) -> conversations missing
+
+
+def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig) -> Plan:
+    """Choose which (record, mode, turns) conversations to build, per split, to meet the configured mix.
+
+    A record is used at most once per (mode, turns) stratum; when a stratum has too few records the
+    missing count is recorded (the card reports it) rather than repeating conversations.
+    """
+    _check_config(cfg)
+    rng = random.Random(cfg.seed)
+    by_split: dict[str, dict[str, list[Record]]] = {s: {lvl: [] for lvl in LEVELS} for s in SPLITS}
+    pages: dict[str, set[str]] = {s: set() for s in SPLITS}
+    for level, records in records_by_level.items():
+        for r in records:
+            s = split_of(r.page_id, cfg.seed, cfg.validation_share, cfg.test_share)
+            by_split[s][level].append(r)
+            pages[s].add(r.page_id)
+    total_pages = sum(len(p) for p in pages.values()) or 1
+    plan = Plan()
+    for split in SPLITS:
+        split_target = cfg.target_count * len(pages[split]) / total_pages
+        for level, share in cfg.mix.levels.items():
+            pool = sorted(by_split[split].get(level, []), key=lambda r: r.record_id)
+            for mode, mode_share in cfg.mix.modes.items():
+                for three_turn, tt_share in ((False, 1 - cfg.mix.three_turn), (True, cfg.mix.three_turn)):
+                    quota = round(split_target * share * mode_share * tt_share)
+                    take = min(quota, len(pool))
+                    plan.items += [(r, mode, three_turn, split) for r in rng.sample(pool, take)]
+                    if quota > take:
+                        plan.shortfall[(split, level, mode, 3 if three_turn else 1)] += quota - take
+    return plan
+
+
+def _check_config(cfg: BuildConfig) -> None:
+    """Every build option in its range (NaN included), before any work."""
+    if cfg.coords not in CONVENTIONS:
+        raise ValueError(f"coords={cfg.coords!r}: choose one of {', '.join(CONVENTIONS)}")
+    empty = [key for key in ("data", "out") if not str(getattr(cfg, key)).strip()]
+    if empty:
+        raise ValueError(f"{' and '.join(empty)} must name a folder (got an empty value)")
+    for name, shares, allowed in (("mix.levels", cfg.mix.levels, LEVELS), ("mix.modes", cfg.mix.modes, MODES)):
+        unknown = set(shares) - set(allowed)
+        if unknown:
+            raise ValueError(f"{name}: unknown keys {sorted(unknown)}; allowed {list(allowed)}")
+        if not all(math.isfinite(v) and v >= 0 for v in shares.values()) or abs(sum(shares.values()) - 1) > 1e-6:
+            raise ValueError(f"{name} must be non-negative shares summing to 1, got {dict(shares)}")
+    if not 0 <= cfg.mix.three_turn <= 1:
+        raise ValueError(f"mix.three_turn must be in [0, 1], got {cfg.mix.three_turn}")
+    if not (0 <= cfg.validation_share < 1 and 0 <= cfg.test_share < 1 and cfg.validation_share + cfg.test_share < 1):
+        raise ValueError("validation_share and test_share must be >= 0 and sum to less than 1")
+    bad = below_minimum({"target_count": (cfg.target_count, 1), "max_length": (cfg.max_length, 1),
+                         "workers": (cfg.workers, 1), "l2_margin": (cfg.l2_margin, 0)})
+    if bad:
+        raise ValueError("; ".join(bad))
+
+
+BUILD_FILES = ("build_config.yaml", "dataset_dict.json", "stats.json")  # any of them: a (maybe unfinished) build
+
+
+def _check_output_folder(out: Path, data_dir: Path) -> None:
+    """The build replaces OUT/images and the split folders: OUT must share no tree with its source, and hold
+    nothing but an earlier build (a folder of other work would get the build's files mixed in)."""
+    overlap = overlapping("out", out, {"data": data_dir})
+    if overlap:
+        raise ValueError(f"{overlap[0]}: write the SFT set to a folder of its own")
+    if out.is_dir() and any(out.iterdir()) and not any((out / f).exists() for f in BUILD_FILES):
+        raise ValueError(f"out {out} holds files that are not an SFT build: choose another --out (or an empty one)")
+
+
+class LengthCounter:
+    """Token length of a conversation as the model sees it: chat template text plus image tokens.
+
+    With a tokenizer the count is exact; without one the text part is estimated (UTF-8 bytes / 3,
+    a tokenizer-free upper-side guess) and the card says so.
+    """
+
+    def __init__(self, tokenizer, budget: PixelBudget):
+        """`tokenizer`: a tokenizer object, a path or hub id to load one from, or None (estimate)."""
+        self.budget = budget
+        self.tokenizer = tokenizer
+        if isinstance(tokenizer, str):
+            from transformers import AutoTokenizer
+
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+            except (OSError, ValueError) as e:  # transformers' messages do not always name what it tried to load
+                raise ValueError(f"tokenizer={tokenizer}: no tokenizer loads from it ({' '.join(str(e).split())}); "
+                                 f"name a model folder or hub id, or null to estimate lengths") from None
+
+    @property
+    def exact(self) -> bool:
+        return self.tokenizer is not None
+
+    def lengths(self, convs: list[Conversation]) -> list[int]:
+        return self.count([c.messages for c in convs], [(c.record.width, c.record.height) for c in convs])
+
+    def count(self, messages: list[list[dict]], image_sizes: list[tuple[int, int]], batch: int = 512) -> list[int]:
+        """Token lengths of conversations whose one image has the given (width, height)."""
+        image_tokens = [self.budget.image_tokens(w, h) for w, h in image_sizes]
+        if self.tokenizer is None:
+            text = [sum(len(m["content"].encode()) for m in msgs) // 3 + 30 * len(msgs) for msgs in messages]
+        else:
+            text = []
+            for i in tqdm(range(0, len(messages), batch), desc="token lengths", leave=False):
+                rendered = [self.tokenizer.apply_chat_template(with_image_placeholder(msgs), tokenize=False)
+                            for msgs in messages[i:i + batch]]
+                enc = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+                text += [len(ids) - 1 for ids in enc]  # the one <|image_pad|> stands for the image tokens
+        return [t + n for t, n in zip(text, image_tokens, strict=True)]
+
+
+def _place_images(data_dir: Path, out: Path, records: list[Record], workers: int) -> dict[tuple[str, str], str]:
+    """Link (or copy) each distinct image into OUT/images once; return (level, image) -> absolute path."""
+    wanted = {(r.level, r.image) for r in records}
+    targets = {key: (out / "images" / key[0] / key[1]).resolve() for key in wanted}
+
+    def place(key: tuple[str, str]) -> None:
+        src = annotations.image_root(data_dir, key[0]) / key[1]
+        dst = targets[key]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists():
+            dst.unlink()
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copyfile(src, dst)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(tqdm(pool.map(place, sorted(wanted)), total=len(wanted), desc="images", leave=False))
+    return {k: str(v) for k, v in targets.items()}
+
+
+def _row(c: Conversation, split: str, image: str, length: int) -> dict:
+    r = c.record
+    return {
+        "sample_id": c.sample_id, "page_id": r.page_id, "record_id": r.record_id, "level": r.level,
+        "mode": c.mode, "turns": c.turns, "subject": r.subject, "stage": r.stage or "Unknown",
+        "num_tokens": length, "image_width": r.width, "image_height": r.height, "images": [image],
+        "messages": c.messages, "split": split,
+    }
+
+
+def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
+    """Run the whole build; returns the stats that are also written to OUT/stats.json."""
+    from datasets import Dataset, DatasetDict
+
+    _check_config(cfg)
+    data_dir, out = Path(cfg.data), Path(cfg.out)
+    _check_output_folder(out, data_dir)
+    budget = cfg.vision
+    family = family_of_model(cfg.tokenizer) if cfg.tokenizer else None
+    if family is not None:  # image token counts (and qwen25 boxes) follow the model's token size
+        budget.check_family(family, cfg.tokenizer)
+    loaded = annotations.load_dataset(data_dir, lenient=cfg.lenient)
+    records_by_level = {lvl: ld.records for lvl, ld in loaded.items()}
+    plan = plan_mix(records_by_level, cfg)
+    convs = [build_conversation(r, mode, tt, cfg.coords, budget, cfg.l2_margin)
+             for r, mode, tt, _ in tqdm(plan.items, desc="conversations", disable=not progress)]
+    counter = LengthCounter(cfg.tokenizer, budget)
+    lengths = counter.lengths(convs)
+    keep = [i for i, n in enumerate(lengths) if n <= cfg.max_length]
+    dropped = Counter((convs[i].record.level, convs[i].mode, convs[i].turns)
+                      for i, n in enumerate(lengths) if n > cfg.max_length)
+    out.mkdir(parents=True, exist_ok=True)
+    # build_config.yaml marks a finished build: it goes first and comes back last, so a build killed midway
+    # (or a rebuild over an old one) leaves a folder that readers refuse instead of half-new targets.
+    (out / "build_config.yaml").unlink(missing_ok=True)
+    images = _place_images(data_dir, out, [convs[i].record for i in keep], cfg.workers)
+    rows = {s: [] for s in SPLITS}
+    for i in keep:
+        split = plan.items[i][3]
+        rec = convs[i].record
+        rows[split].append(_row(convs[i], split, images[(rec.level, rec.image)], lengths[i]))
+    built = {s: Dataset.from_list(rows[s]) for s in SPLITS if rows[s]}
+    if not built:
+        raise ValueError(f"no conversations were built from {data_dir} (see the mix and max_length)")
+    template = next(iter(built.values()))
+    # an empty split keeps the others' features and one (empty) shard, so load_from_disk opens it
+    dd = DatasetDict({s: built.get(s, template.select([])) for s in SPLITS})
+    for s in SPLITS:
+        if (out / s).exists():
+            shutil.rmtree(out / s)
+    dd.save_to_disk(str(out), num_shards={s: 1 for s in SPLITS})
+    stats = _stats(cfg, loaded, plan, [r for s in SPLITS for r in rows[s]], dropped, counter.exact)
+    (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
+                                    encoding="utf-8")
+    (out / "card.md").write_text(render_card(stats), encoding="utf-8")
+    (out / "build_config.yaml").write_text(to_yaml(cfg) + f"out_resolved: {out.resolve()}\n", encoding="utf-8")
+    return stats
+
+
+def _percentiles(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {}
+    v = sorted(values)
+    q = statistics.quantiles(v, n=100, method="inclusive") if len(v) > 1 else [v[0]] * 99
+    return {"min": v[0], "p50": q[49], "p90": q[89], "p99": q[98], "max": v[-1], "mean": round(sum(v) / len(v), 1)}
+
+
+def _stats(cfg: BuildConfig, loaded, plan: Plan, rows: list[dict], dropped: Counter, exact: bool) -> dict:
+    by = {key: dict(sorted(Counter(r[key] for r in rows).items())) for key in
+          ("split", "level", "mode", "turns", "subject", "stage")}
+    # Question type and label are properties of answer groups: count them over the groups in the rows.
+    group_types, group_labels = Counter(), Counter()
+    record_index = {(lvl, rec.record_id): rec for lvl, ld in loaded.items() for rec in ld.records}
+    for r in rows:
+        for g in record_index[(r["level"], r["record_id"])].groups:
+            group_types[g.question_type] += 1
+            group_labels[g.label] += 1
+    return {
+        "total": len(rows),
+        "by": by,
+        "pages_by_split": {s: len({r["page_id"] for r in rows if r["split"] == s}) for s in SPLITS},
+        "groups_by_question_type": dict(sorted(group_types.items())),
+        "groups_by_label": dict(sorted(group_labels.items())),
+        "tokens": {"exact": exact, "all": _percentiles([r["num_tokens"] for r in rows]),
+                   **{lvl: _percentiles([r["num_tokens"] for r in rows if r["level"] == lvl]) for lvl in LEVELS}},
+        "dropped_over_max_length": {f"{k[0]}/{k[1]}/t{k[2]}": n for k, n in sorted(dropped.items())},
+        "shortfall": {f"{k[0]}/{k[1]}/{k[2]}/t{k[3]}": n for k, n in sorted(plan.shortfall.items())},
+        "skipped_records": [str(p) for ld in loaded.values() for p in ld.skipped],
+        "unknown_labels": {lvl: dict(ld.unknown_labels) for lvl, ld in loaded.items() if ld.unknown_labels},
+        "config": {"target_count": cfg.target_count, "coords": cfg.coords, "seed": cfg.seed,
+                   "min_pixels": cfg.vision.min_pixels, "max_pixels": cfg.vision.max_pixels,
+                   "max_length": cfg.max_length, "tokenizer": cfg.tokenizer},
+    }
+
+
+def _table(title: str, counts: dict) -> str:
+    lines = [f"### {title}", "", "| value | count |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in counts.items()]
+    return "\n".join(lines) + "\n"
+
+
+def render_card(stats: dict) -> str:
+    c = stats["config"]
+    parts = [
+        "# SFT conversations (gbtrain)", "",
+        f"{stats['total']} conversations; coords `{c['coords']}`, pixels {c['min_pixels']}-{c['max_pixels']}, "
+        f"max_length {c['max_length']}, seed {c['seed']}. Pages per split: {stats['pages_by_split']}.", "",
+    ]
+    for key in ("split", "level", "mode", "turns", "subject", "stage"):
+        parts.append(_table(f"By {key}", stats["by"][key]))
+    parts.append(_table("Answer groups by question type", stats["groups_by_question_type"]))
+    parts.append(_table("Answer groups by label", stats["groups_by_label"]))
+    tok = stats["tokens"]
+    kind = "exact (tokenizer " + str(c["tokenizer"]) + ")" if tok["exact"] else "ESTIMATED (no tokenizer given)"
+    parts += [f"### Token lengths, {kind}", "", "| level | min | p50 | p90 | p99 | max | mean |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for lvl in ("all", *LEVELS):
+        p = tok.get(lvl) or {}
+        if p:
+            parts.append(f"| {lvl} | " + " | ".join(f"{p[k]:g}" for k in ("min", "p50", "p90", "p99", "max", "mean"))
+                         + " |")
+    parts.append("")
+    parts.append(_table(f"Dropped for length > {c['max_length']} tokens (level/mode/turns)",
+                        stats["dropped_over_max_length"] or {"none": 0}))
+    parts.append(_table("Shortfall against the configured mix (too few records)", stats["shortfall"] or {"none": 0}))
+    if stats["skipped_records"]:
+        parts.append("### Skipped records (lenient mode)\n\n" + "\n".join(f"- {s}" for s in stats["skipped_records"]))
+    return "\n".join(parts) + "\n"
+
+
+def load_sft_dataset(out: str | Path, decode_images: bool = True):
+    """Open a built dataset for training: image paths are rebased onto `out` if the folder was moved,
+    and (decode_images) the `images` column becomes an Image feature, decoded lazily to PIL on access."""
+    from datasets import DatasetDict, Features, Image, List, load_from_disk
+
+    out = Path(out).resolve()
+    built = finished_build(out)
+    dd = load_from_disk(str(out))
+    built_at = str(built.get("out_resolved")) if built is not None and built.get("out_resolved") else None
+    # Both steps stay in memory (rows are text and image paths): written to disk, datasets would put cache files
+    # into the build folder, an input that a reader must leave as it is (read-only, shared by ranks and runs).
+    if built_at and built_at != str(out):
+        def rebase(row):
+            return {"images": [str(out) + p[len(built_at):] if p.startswith(built_at) else p for p in row["images"]]}
+
+        dd = dd.map(rebase, desc="rebasing image paths", keep_in_memory=True)
+    if decode_images:
+        dd = DatasetDict({name: split.cast(Features({**split.features, "images": List(Image())}), keep_in_memory=True)
+                          for name, split in dd.items()})
+    return dd
+
+
+def finished_build(out: str | Path):
+    """OUT/build_config.yaml of a finished build; a missing folder or an unfinished build is an error."""
+    if not Path(out).is_dir():
+        raise FileNotFoundError(f"dataset folder not found: {out} (data_builders/build_sft.py writes one)")
+    built = _build_config(out)
+    if built is None:
+        raise ValueError(f"{out} is not a finished build: it has no build_config.yaml, which the builder writes "
+                         f"last; build it again with data_builders/build_sft.py")
+    return built
+
+
+def _build_config(out: str | Path):
+    """OUT/build_config.yaml as written by build_sft_dataset (None when the folder has none)."""
+    path = Path(out) / "build_config.yaml"
+    if not path.exists():
+        return None
+    try:
+        return load_yaml(path)
+    except (OSError, ValueError) as e:  # a damaged record: the build cannot be trusted
+        raise ValueError(f"{path} is damaged ({e}): build the dataset again with data_builders/build_sft.py") from None
+
+
+def dataset_pixel_budget(out: str | Path) -> PixelBudget | None:
+    """The pixel budget a built dataset's boxes were computed with (None for a folder without a build config)."""
+    built = _build_config(out)
+    vision = built.get("vision") if built is not None else None
+    if not vision:
+        return None
+    return PixelBudget(int(vision.min_pixels), int(vision.max_pixels),
+                       int(vision.get("factor", DEFAULT_FAMILY.patch_factor)))  # builds before factors were recorded
+
+
+def dataset_l2_margin(out: str | Path) -> float:
+    """The margin a built dataset's derived L2 regions were drawn with (the builder's default when unrecorded)."""
+    built = _build_config(out)
+    return float(built.l2_margin) if built is not None and built.get("l2_margin") is not None else DEFAULT_L2_MARGIN
+
+
+def dataset_coords(out: str | Path) -> str | None:
+    """The box convention a built dataset's targets use (None for a folder without a build config)."""
+    built = _build_config(out)
+    return str(built.coords) if built is not None and built.get("coords") else None

@@ -1,0 +1,457 @@
+"""Grade new, unannotated pages with a checkpoint: whole-page (L3) grading, answer-free or with an answer key.
+
+The pages are every JPEG/PNG under a folder (recursively) and every page of every PDF there (rendered with
+pypdfium2). Each page is asked exactly as the evaluator asks an L3 record: the same instruction (gbtrain.prompts),
+the checkpoint's recorded coordinate convention and pixel budget, the same backends, sampling and too-long rule
+(gbtrain.evaluation.run), and the same parser and box rules (gbtrain.metric.parsing,
+gbtrain.metric.scoring.item_boxes); the model's boxes come back in the page's own pixels.
+
+    OUT/pages/<page>.json     per page: items (box in page pixels, transcription, answer, judgment), raw reply,
+                              parse status
+    OUT/overlays/<page>.png   the page with the items drawn
+    OUT/grades.csv            one row per item of every page; OUT/totals.csv one row per page; OUT/summary.json
+    OUT/run.json              what made the folder; a rerun with other settings is refused (--overwrite redoes)
+
+A page's JSON is written (atomically, after its overlay) when its batch comes back and a rerun skips the pages that
+have one, so a run killed at any point resumes; the tables are rewritten from the page files at the end of every
+run. A page that cannot be read (a truncated JPEG, a damaged PDF) is skipped and reported (summary.json and a
+warning), never marked done: one bad scan does not stop a folder of them, and the next run tries it again. So is
+a page graded with an error (its prompt did not fit --max-model-len, an endpoint refused it): it is written with
+status "error", counted, and tried again.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+from PIL import Image, ImageDraw, ImageOps
+from tqdm import tqdm
+
+from gbtrain import prompts
+from gbtrain.config import option, overlapping
+from gbtrain.coords import PixelBudget
+from gbtrain.data.preview import COLORS, OTHER_COLOR, TEXT_CHARS
+from gbtrain.data.synth.fonts import draw_text
+from gbtrain.evaluation.engine import GRADING_SCHEMA, EvalOptions, Evaluator
+from gbtrain.evaluation.run import EvalRun, FolderLock, RunPlan, check_run, claim_output_folder, open_backend, plan_run
+from gbtrain.inference.base import SamplingOptions, message
+from gbtrain.inference.registry import ModelOptions
+from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response
+from gbtrain.metric.scoring import ScoreOptions, item_boxes
+from gbtrain.schema import RIGHT, WRONG
+from gbtrain.text import safe_name, without_credentials
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3, setting_name
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+PDF_SUFFIX = ".pdf"
+RESULTS = "pages"  # OUT/pages: one file per graded page (see is_graded)
+OVERLAYS = "overlays"
+PDF_DPI_RANGE = (36, 600)  # a page the model sees at --max-pixels anyway; 600 dpi A4 is already 35 Mpx
+QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
+
+AnswerKey = list[tuple[str, str | None]]
+
+
+@dataclass
+class GradeRun(ModelOptions):
+    """Everything one `eval/grade_pages.py` call needs: ModelOptions (how the model is asked) and these. Each
+    field is a flag of grade_pages.py (gbtrain.cli.add_options)."""
+
+    model: str = option(help="checkpoint folder or hub id (openai: the served model name)")
+    pages: str = option(help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
+    out: str = option(help="output folder (per-page results, overlays, CSVs)")
+    answer_key: str | None = option(None, "YAML or JSON mapping question id -> reference answer")
+    pdf_dpi: float = option(200, "resolution PDF pages are rendered at (36-600)")
+    batch_size: int = option(16, "pages per backend call and written chunk (whole pages: keep it small)")
+    overwrite: bool = option(False, "regrade every page instead of resuming")
+
+    @property
+    def mode(self) -> str:
+        return ANSWER_BASED if self.answer_key else ANSWER_FREE
+
+    def as_eval_run(self) -> EvalRun:
+        """The evaluator's view of these options, one L3 setting, so that its checks, its coords and budget
+        defaults (the checkpoint's record) and its backend construction apply unchanged."""
+        shared = {f.name: getattr(self, f.name) for f in fields(EvalRun) if hasattr(self, f.name)}
+        return EvalRun(**shared, data=self.pages, settings=setting_name(L3, self.mode))
+
+
+# --------------------------------------------------------------------------------- pages
+@dataclass(frozen=True)
+class Page:
+    """One page to grade: an image file, or page `index` (0-based) of a PDF; `rel` is the file's path under the
+    pages folder."""
+
+    source: Path
+    rel: str
+    index: int | None = None
+
+    @property
+    def name(self) -> str:
+        """What the tables show: the file's path, with `-p<n>` for a PDF's page n."""
+        return self.rel if self.index is None else f"{self.rel}-p{self.index + 1}"
+
+    @property
+    def stem(self) -> str:
+        """The page's file name in OUT: any name stays inside OUT/pages and OUT/overlays (see safe_name)."""
+        return safe_name(self.name)
+
+
+@dataclass(frozen=True)
+class PageSize:
+    """What the scorer's box mapping (gbtrain.metric.scoring.item_boxes) reads from a record."""
+
+    width: int
+    height: int
+
+
+@dataclass
+class LoadedPage:
+    """A decoded page. It has the `width` and `height` that the evaluator's length check and box mapping read
+    from a record, so both take it in a record's place."""
+
+    page: Page
+    image: Image.Image
+
+    @property
+    def width(self) -> int:
+        return self.image.width
+
+    @property
+    def height(self) -> int:
+        return self.image.height
+
+
+def _pdf_page_count(path: Path) -> int:
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(path)
+    try:
+        return len(pdf)
+    finally:
+        pdf.close()
+
+
+def find_pages(folder: Path) -> tuple[list[Page], list[dict]]:
+    """Every page under `folder` in path order, and the PDFs that cannot be opened ({"page", "error"}). Hidden
+    files and folders (`.DS_Store`, `._scan.jpg`) are not pages."""
+    import pypdfium2 as pdfium
+
+    pages, unreadable = [], []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder)
+        suffix = path.suffix.lower()
+        if any(part.startswith(".") for part in rel.parts) or suffix not in (*IMAGE_SUFFIXES, PDF_SUFFIX):
+            continue
+        if suffix in IMAGE_SUFFIXES:
+            pages.append(Page(path, rel.as_posix()))
+            continue
+        try:
+            count = _pdf_page_count(path)
+        except (pdfium.PdfiumError, OSError) as e:
+            unreadable.append({"page": rel.as_posix(), "error": f"cannot open PDF {rel.as_posix()}: {e}"})
+            continue
+        pages += [Page(path, rel.as_posix(), i) for i in range(count)]
+    return pages, unreadable
+
+
+def load_page(page: Page, dpi: float) -> Image.Image:
+    """The page as an RGB image, upright: a photo turned by its EXIF orientation (what a viewer shows, so the boxes
+    match what the user sees; new pages have no annotations tied to the stored orientation), a PDF page rendered
+    at `dpi`. A page that cannot be read is a ValueError naming it."""
+    import pypdfium2 as pdfium
+
+    try:
+        if page.index is None:
+            with Image.open(page.source) as im:
+                return ImageOps.exif_transpose(im).convert("RGB")
+        pdf = pdfium.PdfDocument(page.source)
+        try:
+            return pdf[page.index].render(scale=dpi / 72).to_pil().convert("RGB")
+        finally:
+            pdf.close()
+    except (OSError, SyntaxError, Image.DecompressionBombError, pdfium.PdfiumError) as e:
+        raise ValueError(f"cannot read page {page.name}: {e}") from None
+
+
+# --------------------------------------------------------------------------------- answer key and prompt
+def _answer_text(qid: str, value) -> str | None:
+    if isinstance(value, dict | list):
+        raise ValueError(f"question {qid!r}: the reference answer must be one value, not {type(value).__name__}")
+    if value is None or value == "":
+        return None  # shown to the model as "(no reference answer)", as for the data's missing references
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def load_answer_key(path: str | Path) -> AnswerKey:
+    """Question id -> reference answer from a YAML or JSON mapping, in the file's order (the order the prompt lists
+    them). Values are kept as written: YAML is read without type conversion and JSON numbers as their text, so
+    `1.10` stays `1.10`; an empty YAML value (`3:`) or a JSON null means "no reference answer"."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise ValueError(f"--answer-key {path}: name a .yaml, .yml or .json file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = (json.loads(text, parse_float=str, parse_int=str) if suffix == ".json"
+                else yaml.load(text, Loader=yaml.BaseLoader))
+    except (ValueError, yaml.YAMLError) as e:
+        raise ValueError(f"--answer-key {path}: cannot be read ({' '.join(str(e).split())})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"--answer-key {path}: must map question ids to reference answers (e.g. `1: 42`)")
+    try:
+        return [(str(qid), _answer_text(str(qid), value)) for qid, value in data.items()]
+    except ValueError as e:
+        raise ValueError(f"--answer-key {path}: {e}") from None
+
+
+def answer_key_hash(key: AnswerKey | None) -> str | None:
+    """A hash of the key's content (not its file's bytes: reformatting the file changes no prompt)."""
+    return hashlib.sha256(json.dumps(key, ensure_ascii=False).encode()).hexdigest()[:16] if key else None
+
+
+def grading_prompt(coords: str, key: AnswerKey | None) -> str:
+    """The evaluator's L3 instruction: answer-free, or answer-based with the key as the reference answers."""
+    return prompts.single_turn(L3, ANSWER_BASED if key else ANSWER_FREE, coords, None, key)
+
+
+# --------------------------------------------------------------------------------- reading a reply
+def question_of(item: PredictedItem, key: AnswerKey | None) -> str | None:
+    """The question an item answers: the id the model wrote, if any; else, with an answer key, the one question
+    whose reference the item's answer repeats (the prompt asks for the reference in "answer")."""
+    given = next((item.raw[k] for k in QUESTION_KEYS if item.raw.get(k) not in (None, "")), None)
+    if given is not None:
+        return str(given)
+    matches = [qid for qid, ref in key or [] if ref is not None and ref.strip() == item.answer.strip()]
+    return matches[0] if len(matches) == 1 else None
+
+
+def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBudget,
+               key: AnswerKey | None = None) -> tuple[list[dict], str | None]:
+    """The items of a page's reply with their boxes in page pixels (clipped to the page; None without a valid
+    box), and why the reply did not parse cleanly (parsing's reason; None when it did)."""
+    parsed = parse_response(reply)
+    opts = ScoreOptions(L3, ANSWER_BASED if key else ANSWER_FREE, coords, budget)
+    items = []
+    for ib in item_boxes(normalize_items(parsed.items), PageSize(width, height), opts):
+        it = ib.item
+        box = None if ib.box is None else [round(v, 1) for v in ib.box.as_list()]
+        items.append({"index": it.index, "question_id": question_of(it, key), "box": box, "model_boxes": it.boxes,
+                      "text": it.text, "answer": it.answer, "correctness": it.correctness})
+    return items, parsed.reason
+
+
+def page_totals(items: list[dict], status: str) -> dict:
+    """A page's counts: items, judged right, judged wrong, not judged (no boolean judgment), and whether the
+    reply was unparsable (not read cleanly; the items before a cut are still counted)."""
+    judged = [it["correctness"] for it in items]
+    return {"items": len(items), "right": judged.count(True), "wrong": judged.count(False),
+            "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error"))}
+
+
+def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None,
+                dpi: float) -> dict:
+    """A graded page as OUT/pages/<page>.json holds it. `reply` is an Evaluator.send_batch row: the model's text, or
+    an error (prompt too long for the context, an endpoint's refusal) with no text; status "error" then."""
+    items, reason = read_reply(reply["response"], page.width, page.height, coords, budget, key)
+    status = "error" if reply.get("error") else reason or "ok"
+    p = page.page
+    return {"page": p.name, "source": p.rel,
+            "pdf_page": None if p.index is None else p.index + 1, "pdf_dpi": None if p.index is None else dpi,
+            "width": page.width, "height": page.height, "mode": ANSWER_BASED if key else ANSWER_FREE,
+            "status": status, "error": reply.get("error"), "totals": page_totals(items, status), "items": items,
+            "response": str(reply["response"])}
+
+
+# --------------------------------------------------------------------------------- drawing
+def _cut(text: str) -> str:
+    return text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS - 1] + "…"
+
+
+def draw_grades(image: Image.Image, items: list[dict]) -> Image.Image:
+    """The page with each item's box in the preview's colours (green judged right, red wrong, orange not judged),
+    labelled `question verdict` above and `"transcription" | answer` below."""
+    img = image.convert("RGB")
+    draw = ImageDraw.Draw(img)
+    size = max(12, img.width // 70)
+    for it in items:
+        if it["box"] is None:
+            continue
+        verdict = {True: "right", False: "wrong"}.get(it["correctness"], "unjudged")
+        color = COLORS[RIGHT] if it["correctness"] is True else COLORS[WRONG] if it["correctness"] is False \
+            else OTHER_COLOR
+        x1, y1, _, y2 = it["box"]
+        draw.rectangle(it["box"], outline=color, width=3)
+        draw_text(draw, x1, max(size, y1 - 3), f"{it['question_id'] or '#' + str(it['index'] + 1)} {verdict}", size,
+                  color)
+        draw_text(draw, x1, y2 + size + 2, f'"{_cut(it["text"])}" | {_cut(it["answer"])}', size, color)
+    return img
+
+
+# --------------------------------------------------------------------------------- the output folder
+def page_file(out: Path, page: Page) -> Path:
+    return out / RESULTS / f"{page.stem}.json"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Whole or not at all: the file's presence marks the page done. backslashreplace keeps a reply's lone
+    surrogate the JSON escape it was (as the evaluator writes predictions)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+PAGE_FIELDS = ("page", "status", "totals", "items")  # what the tables read from a page file
+
+
+def _read_page_file(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not all(k in record for k in PAGE_FIELDS):
+        raise ValueError(f"{path}: not a page file this tool wrote: pass --overwrite to regrade, or choose another "
+                         f"--out")
+    return record
+
+
+def is_graded(out: Path, page: Page) -> bool:
+    """Whether a rerun skips the page: it has a page file, and no error (a prompt that did not fit the context, an
+    endpoint's refusal) that another --max-model-len or a later try may mend."""
+    path = page_file(out, page)
+    return path.is_file() and _read_page_file(path)["status"] != "error"
+
+
+def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None) -> dict:
+    """What makes a page's grades: the model and how it was asked (backend, coords, budget, prompt wording, answer
+    key, token limit, PDF resolution), and which folder. Batch sizes and parallelism change no reply."""
+    model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
+    return {"tool": "grade_pages", "model": model, "backend": run.backend,
+            "base_url": without_credentials(run.base_url) if run.base_url else None, "coords": plan.coords,
+            "min_pixels": plan.budget.min_pixels, "max_pixels": plan.budget.max_pixels,
+            "prompt_hash": prompts.prompt_fingerprint(), "mode": run.mode, "answer_key_sha256": answer_key_hash(key),
+            "max_tokens": run.max_tokens, "structured": run.structured, "pdf_dpi": run.pdf_dpi,
+            "pages": str(Path(run.pages).resolve())}
+
+
+GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "x1", "y1", "x2", "y2", "status")
+TOTAL_COLUMNS = ("page", "status", "items", "right", "wrong", "unjudged", "unparsable")
+
+
+def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict) -> dict:
+    """grades.csv, totals.csv and summary.json over every graded page of the folder (this run's and earlier
+    runs'), in page order; returns the summary."""
+    records = [_read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
+    with open(out / "grades.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(GRADE_COLUMNS)
+        for r in records:
+            for it in r["items"]:
+                box = it["box"] or ["", "", "", ""]
+                w.writerow([r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
+                            "" if it["correctness"] is None else str(it["correctness"]).lower(), *box, r["status"]])
+    per_page = [{"page": r["page"], "status": r["status"], **r["totals"]} for r in records]
+    with open(out / "totals.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, TOTAL_COLUMNS)
+        w.writeheader()
+        w.writerows(per_page)
+    summary = {"run": identity, "pages": len(records),
+               **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable")},
+               "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
+               "per_page": per_page}
+    (out / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+# --------------------------------------------------------------------------------- the run
+def check_grade_run(run: GradeRun) -> Path:
+    """The options this tool adds to the evaluator's, checked before anything is loaded; returns the pages folder."""
+    check_run(run.as_eval_run())
+    low, high = PDF_DPI_RANGE
+    if not low <= run.pdf_dpi <= high:  # NaN too
+        raise ValueError(f"--pdf-dpi {run.pdf_dpi}: choose {low}-{high} (the model sees at most --max-pixels)")
+    pages = Path(run.pages)
+    if not pages.is_dir():
+        raise FileNotFoundError(f"pages folder not found: {run.pages}")
+    overlap = overlapping("--out", run.out, {"--pages": run.pages})
+    if overlap:  # the overlays would be graded as pages by the next run
+        raise ValueError(f"{overlap[0]}: choose another --out")
+    if (Path(run.out) / "predictions").is_dir():
+        raise ValueError(f"--out {run.out} holds an evaluation (predictions/): choose another --out")
+    return pages
+
+
+def grade_pages(run: GradeRun, progress: bool = True) -> dict:
+    """Grade every page of run.pages not graded yet, then write the tables; returns the summary (with
+    `graded_now`, the pages this run graded). Options, answer key, model and pages are checked first; the output
+    folder is then held for the whole run."""
+    folder = check_grade_run(run)
+    key = load_answer_key(run.answer_key) if run.answer_key else None
+    plan = plan_run(run.as_eval_run())
+    pages, unreadable = find_pages(folder)
+    if not pages and not unreadable:
+        raise ValueError(f"{folder}: no pages (JPEG, PNG or PDF files)")
+    out = Path(run.out)
+    with FolderLock(out):
+        identity = grading_identity(run, plan, key)
+        claim_output_folder(out, identity, run.overwrite, results=RESULTS)  # before any model starts
+        if run.overwrite:
+            for name in (RESULTS, OVERLAYS):
+                shutil.rmtree(out / name, ignore_errors=True)
+        todo = [p for p in pages if not is_graded(out, p)]
+        failed = _grade(run, plan, key, todo, out, progress) if todo else []
+        summary = write_tables(out, pages, unreadable + failed, identity)
+    return summary | {"graded_now": len(todo) - len(failed)}
+
+
+def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, todo: list[Page], out: Path,
+           progress: bool) -> list[dict]:
+    """Grade `todo` batch by batch on the run's backend; returns the pages that could not be read. Replies go
+    through the evaluator's sender, so a prompt that cannot fit the context, or an endpoint's refusal of one page,
+    is that page's error and the run goes on."""
+    backend, tokenizer = open_backend(run.as_eval_run(), plan)
+    sampling = SamplingOptions(max_tokens=run.max_tokens, json_schema=GRADING_SCHEMA if run.structured else None)
+    sender = Evaluator(backend, run.pages, out, EvalOptions(plan.coords, plan.budget, sampling, run.batch_size,
+                                                            run.max_model_len if tokenizer else None),
+                       tokenizer=tokenizer, progress=False)
+    text = grading_prompt(plan.coords, key)
+    failed: list[dict] = []
+    bar = tqdm(total=len(todo), desc="grade", disable=not progress)
+    try:
+        for i in range(0, len(todo), run.batch_size):
+            batch = todo[i:i + run.batch_size]
+            loaded = []
+            for page in batch:
+                try:
+                    loaded.append(LoadedPage(page, load_page(page, run.pdf_dpi)))
+                except ValueError as e:
+                    failed.append({"page": page.name, "error": str(e)})
+            replies = sender.send_batch([[message(text, lp.image)] for lp in loaded], [text] * len(loaded), loaded)
+            for lp, reply in zip(loaded, replies, strict=True):
+                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key, run.pdf_dpi))
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        backend.close()
+    return failed
+
+
+def _save_page(out: Path, page: LoadedPage, record: dict) -> None:
+    """The overlay first, then the page file that marks the page done."""
+    overlay = out / OVERLAYS / f"{page.page.stem}.png"
+    overlay.parent.mkdir(parents=True, exist_ok=True)
+    draw_grades(page.image, record["items"]).save(overlay)
+    _write_atomic(page_file(out, page.page), json.dumps(record, ensure_ascii=False, indent=1) + "\n")

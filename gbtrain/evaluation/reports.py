@@ -1,0 +1,243 @@
+"""Evaluation reports: the paper's Table 2 layout, Markdown, plots, overlays, and SFT-vs-base gains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from PIL import Image, ImageDraw
+
+from gbtrain.config import option
+from gbtrain.schema import Record
+from gbtrain.text import without_credentials
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
+
+GATES = ("localized", "recognized", "reasoned", "accuracy")
+
+
+@dataclass
+class CompareRun:
+    """Everything one `eval/compare.py` call needs: the two reports by their place, then --out (gbtrain.cli)."""
+
+    base: str = option(help="the base model's report.json (eval/run_eval.py)", positional=True)
+    sft: str = option(help="the fine-tuned model's report.json", positional=True)
+    out: str = option(help="Markdown file; the plot (.png) and the page (.html) go beside it")
+
+
+def table2(settings: dict[str, dict]) -> dict:
+    """Per level: mAP (of the answer-free run, else the answer-based one), Acc-F, Acc-B; overall = mean of
+    the accuracies present (all six in a full run)."""
+    table: dict = {}
+    accs = []
+    for lvl in LEVELS:
+        af, ab = (settings.get(setting_name(lvl, mode)) for mode in (ANSWER_FREE, ANSWER_BASED))
+        if not af and not ab:
+            continue
+        row = {"mAP": (af or ab)["map_20_50"], "Acc-F": af["accuracy"] if af else None,
+               "Acc-B": ab["accuracy"] if ab else None}
+        accs += [v for v in (row["Acc-F"], row["Acc-B"]) if v is not None]
+        table[lvl] = row
+    table["Overall"] = round(sum(accs) / len(accs), 6) if accs else None
+    table["n_accuracies"] = len(accs)
+    return table
+
+
+def three_turn_rows(settings: dict[str, dict]) -> list[dict]:
+    rows = []
+    for name, rep in sorted(settings.items()):
+        if name.endswith("-3t") and name[:-3] in settings:
+            one = settings[name[:-3]]
+            rows.append({"setting": name[:-3], "single_turn": one["accuracy"], "three_turn": rep["accuracy"],
+                         "single_turn_map": one["map_20_50"], "three_turn_map": rep["map_20_50"]})
+    return rows
+
+
+def build_report(settings: dict[str, dict], meta: dict, diagnostics: dict | None) -> dict:
+    slim = {k: {kk: vv for kk, vv in v.items() if kk != "groups"} for k, v in settings.items()}
+    return {"meta": meta, "table2": table2(settings), "three_turn": three_turn_rows(settings),
+            "diagnostics": diagnostics, "settings": slim}
+
+
+def _fmt(v, pct=True) -> str:
+    if v is None:
+        return "–"
+    return f"{100 * v:.1f}" if pct else f"{v:.1f}"
+
+
+def markdown(report: dict) -> str:
+    t = report["table2"]
+    lines = [f"# Evaluation: {report['meta'].get('model')}", "",
+             f"Backend `{report['meta'].get('backend')}`, coords `{report['meta'].get('coords')}`, judge "
+             f"`{report['meta'].get('judge')}`, pixels {report['meta'].get('min_pixels')}-"
+             f"{report['meta'].get('max_pixels')}.", "",
+             "## Table 2 layout (accuracy %, mAP@[.2:.5])", ""]
+    levels = [lvl for lvl in LEVELS if lvl in t]
+    lines.append("| " + " | ".join(f"{lvl} mAP | {lvl} Acc-F | {lvl} Acc-B" for lvl in levels) + " | Overall |")
+    lines.append("|" + "---:|" * (3 * len(levels) + 1))
+    lines.append("| " + " | ".join(f"{_fmt(t[lvl]['mAP'], False)} | {_fmt(t[lvl]['Acc-F'])} | {_fmt(t[lvl]['Acc-B'])}"
+                                   for lvl in levels) + f" | {_fmt(t['Overall'])} |")
+    lines += ["", "## Per setting", "",
+              "| setting | groups | localized | recognized | reasoned | accuracy | mAP | FN | FP | missing "
+              "| unparsable |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, s in sorted(report["settings"].items()):
+        c = s["coverage"]
+        lines.append(f"| {name} | {s['n_groups']} | {_fmt(s['localized'])} | {_fmt(s['recognized'])} | "
+                     f"{_fmt(s['reasoned'])} | {_fmt(s['accuracy'])} | {_fmt(s['map_20_50'], False)} | {s['fn']} | "
+                     f"{s['fp']} | {c['missing']} | {c['unparsable']} |")
+    if report["three_turn"]:
+        lines += ["", "## Three-turn vs single-turn (accuracy %)", "", "| setting | single | three-turn |",
+                  "|---|---:|---:|"]
+        lines += [f"| {r['setting']} | {_fmt(r['single_turn'])} | {_fmt(r['three_turn'])} |"
+                  for r in report["three_turn"]]
+    d = report.get("diagnostics")
+    if d:
+        lines += ["", "## L1 diagnostics (isolated capabilities)", "",
+                  f"- localization only: mAP@[.2:.5] {d['localization_map_20_50']:.1f}",
+                  f"- recognition only (CER < 0.7 given the box): {_fmt(d['recognition_rate'])}%",
+                  f"- reasoning only (judgment given the transcription): answer-free "
+                  f"{_fmt(d['reasoning_accuracy']['answer-free'])}%, answer-based "
+                  f"{_fmt(d['reasoning_accuracy']['answer-based'])}%"]
+    return "\n".join(lines) + "\n"
+
+
+def plots(report: dict, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = sorted(report["settings"])
+    paths = []
+    fig, ax = plt.subplots(figsize=(max(6, len(names) * 0.9), 3.5))
+    acc = [100 * report["settings"][n]["accuracy"] for n in names]
+    mp = [report["settings"][n]["map_20_50"] for n in names]
+    x = range(len(names))
+    ax.bar([i - 0.2 for i in x], acc, 0.4, label="accuracy %")
+    ax.bar([i + 0.2 for i in x], mp, 0.4, label="mAP@[.2:.5]")
+    ax.set_xticks(list(x), names, rotation=30, ha="right")
+    ax.set_ylim(0, 100)
+    ax.legend()
+    ax.set_title("Per setting")
+    fig.tight_layout()
+    paths.append(out_dir / "settings.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for n in names:
+        ax.plot(list(GATES), [100 * report["settings"][n][g] for g in GATES], marker="o", label=n)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("% of groups passing")
+    ax.set_title("Gate funnel")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    paths.append(out_dir / "funnel.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+OUTCOMES = {"loc": "not localized", "cer": "CER ≥ 0.7", "ans": "answer wrong", "judg": "judgment wrong",
+            "PASS": "correct"}
+
+
+def outcome(group: dict) -> str:
+    """A scored group's first failed gate (a key of OUTCOMES, as the overlays label it), or PASS."""
+    if group.get("accurate"):
+        return "PASS"
+    return ("loc" if not group.get("localized") else "cer" if not group.get("recognized") else
+            "ans" if not group.get("reasoned") else "judg")
+
+
+def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxes: list, out: Path) -> Path:
+    """The page with GT boxes (green), predicted boxes (red), matched pairs linked, each GT group labelled
+    with its outcome and each prediction with its text, answer and judgment."""
+    from gbtrain.data.synth.fonts import draw_text
+
+    img = image.convert("RGB")
+    draw = ImageDraw.Draw(img)
+    size = max(12, img.width // 70)
+    outcomes = {g["group_id"]: g for g in setting_report["groups"] if g["record_id"] == record.record_id}
+    for g in record.groups:
+        b = g.box
+        verdict = outcome(outcomes.get(g.group_id, {}))
+        draw.rectangle(b.as_list(), outline=(0, 170, 0), width=3)
+        draw_text(draw, b.x1, max(size, b.y1 - 3), f"{g.group_id} {verdict}", size, (0, 130, 0))
+    for ib in items_boxes:
+        if ib.box is None:
+            continue
+        b = ib.box
+        draw.rectangle(b.as_list(), outline=(220, 0, 0), width=2)
+        label = f"{ib.item.text} | {ib.item.answer} | {ib.item.correctness}"
+        draw_text(draw, b.x1, b.y2 + size + 2, label[:40], size, (200, 0, 0))
+        best = min(record.groups, key=lambda g: (g.box.center[0] - b.center[0]) ** 2 + (g.box.center[1] - b.center[1])
+                   ** 2, default=None)
+        if best is not None and outcomes.get(best.group_id, {}).get("localized"):
+            draw.line([b.center, best.box.center], fill=(0, 0, 230), width=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    img.save(out)
+    return out
+
+
+METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
+
+
+def comparison_problems(base: dict, sft: dict) -> list[str]:
+    """Why two reports cannot be compared: other annotations, record limit, judge or scorer, or settings
+    that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
+    problems = [without_credentials(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
+                for key in ("annotations_sha256", "limit", "judge", "scorer_sha256")
+                if base["meta"].get(key) != sft["meta"].get(key)]
+    common = sorted(set(base["settings"]) & set(sft["settings"]))
+    if not common:
+        problems.append("no setting in common")
+    problems += [f"{name}: {base['settings'][name]['n_groups']} vs {sft['settings'][name]['n_groups']} groups"
+                 for name in common if base["settings"][name]["n_groups"] != sft["settings"][name]["n_groups"]]
+    return problems
+
+
+def compare(base: dict, sft: dict) -> tuple[str, list[dict]]:
+    """Gains of SFT over base, metric by metric and setting by setting (Markdown and rows)."""
+    problems = comparison_problems(base, sft)
+    if problems:
+        raise ValueError("the reports were not made on the same records and scoring (" + "; ".join(problems)
+                         + "): evaluate both with the same --data, --limit and --judge")
+    rows = []
+    for name in sorted(set(base["settings"]) & set(sft["settings"])):
+        b, s = base["settings"][name], sft["settings"][name]
+        rows.append({"setting": name, **{m: {"base": b[m], "sft": s[m], "gain": round(s[m] - b[m], 6)}
+                                         for m in METRICS}})
+    bo, so = base["table2"].get("Overall"), sft["table2"].get("Overall")
+    lines = [f"# Gains of {sft['meta'].get('model')} over {base['meta'].get('model')}", "",
+             "| setting | accuracy base → SFT (Δ) | localized | recognized | reasoned | mAP base → SFT (Δ) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{100 * r[m]['base']:.1f} → {100 * r[m]['sft']:.1f} ({100 * r[m]['gain']:+.1f})"
+                 for m in ("accuracy", "localized", "recognized", "reasoned")]
+        m = r["map_20_50"]
+        cells.append(f"{m['base']:.1f} → {m['sft']:.1f} ({m['gain']:+.1f})")
+        lines.append(f"| {r['setting']} | " + " | ".join(cells) + " |")
+    if bo is not None and so is not None:
+        lines += ["", f"Overall accuracy (mean of the settings' accuracies): {100 * bo:.1f} → {100 * so:.1f} "
+                      f"({100 * (so - bo):+.1f})"]
+    bu = sum(v["coverage"]["unparsable"] for v in base["settings"].values())
+    su = sum(v["coverage"]["unparsable"] for v in sft["settings"].values())
+    n = sum(v["n_records"] for v in base["settings"].values())
+    lines += [f"Unparsable responses: {bu} → {su} of {n} records"]
+    return "\n".join(lines) + "\n", rows
+
+
+def compare_plot(rows: list[dict], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 3.5))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [100 * r["accuracy"]["base"] for r in rows], 0.4, label="base")
+    ax.bar([i + 0.2 for i in x], [100 * r["accuracy"]["sft"] for r in rows], 0.4, label="SFT")
+    ax.set_xticks(list(x), [r["setting"] for r in rows], rotation=30, ha="right")
+    ax.set_ylabel("accuracy %")
+    ax.set_ylim(0, 100)
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

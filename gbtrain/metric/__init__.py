@@ -1,0 +1,6 @@
+"""Stage 4, the metric: every module here is what the scorer fingerprint (``scoring.scorer_sha256``) hashes.
+
+- ``parsing``: a model's reply read into items, never crashing.
+- ``judges``: answer equivalence (rules, or an LLM through an inference backend).
+- ``scoring``: the GradingBench gated metric and localization mAP.
+"""

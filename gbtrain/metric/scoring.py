@@ -1,0 +1,510 @@
+"""The GradingBench gated metric and localization mAP, defined exactly (docs/metric.md#the-metric).
+
+Per answer group: (3) spatial correspondence by centre distance within a radius, one item per group;
+(4) transcription gate, CER < 0.7; (5) answer-free only: the derived answer equals the reference
+(rule or LLM judge); (6) the model's right/wrong judgment equals the expert label. Accuracy is the
+share of ALL annotated groups of the level passing every gate; nothing missing is dropped from the
+denominator. mAP@[0.2:0.5] is computed separately by one-to-one IoU matching.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from rapidfuzz.distance import Levenshtein
+
+from gbtrain.config import option
+from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
+from gbtrain.data.annotations import load_level
+from gbtrain.inference.base import VLLMMemory
+from gbtrain.metric import judges, parsing
+from gbtrain.metric.judges import normalize_text
+from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
+from gbtrain.vocabulary import ANSWER_FREE, FALSE_WORDS, LEVELS, MODES, TRUE_WORDS
+
+IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
+CER_THRESHOLD = 0.7
+BREAKDOWN_KEYS = ("subject", "stage", "question_type", "content_format")
+_ROUND = 6
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    level: str
+    mode: str  # answer-free | answer-based
+    coords: str
+    budget: PixelBudget = PixelBudget()
+    match_radius: float = 1.0
+    exclude_other: bool = False  # drop groups labelled other than right/wrong from the denominator
+    allow_duplicates: bool = False
+    judge: str = "rule"
+
+    def __post_init__(self):
+        if self.level not in LEVELS or self.mode not in MODES:
+            raise ValueError(f"level {self.level!r} / mode {self.mode!r}: choose L1-L3 and answer-free/answer-based")
+        if not (math.isfinite(self.match_radius) and self.match_radius > 0):
+            raise ValueError(f"match radius {self.match_radius!r}: must be a positive number")
+        from_model([0, 0, 1, 1], 1, 1, self.coords, self.budget)  # raises on an unknown convention
+
+
+class PredictionsError(ValueError):
+    """Bad prediction file (malformed line, missing id, duplicate ids without --allow-duplicates)."""
+
+
+@dataclass
+class Predictions:
+    responses: dict[str, str]
+    duplicates: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # id -> why no reply was generated (the evaluator's)
+    turns: dict[str, list[str]] = field(default_factory=dict)  # id -> a three-turn record's raw turns
+
+
+def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predictions:
+    """Read P.jsonl ({"id", "response"} per line). Duplicated ids are an error unless allowed (then the
+    last line wins and they are listed)."""
+    responses: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    turns: dict[str, list[str]] = {}
+    dups: list[str] = []
+    # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read; a BOM
+    # (a file saved by a Windows editor) is dropped.
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError) as e:  # also nesting or digits past Python's limits
+                raise PredictionsError(f"{path}:{n}: malformed JSON line: {str(e)[:200]}") from None
+            if not isinstance(row, dict) or "id" not in row:
+                raise PredictionsError(f"{path}:{n}: a prediction line needs an \"id\"")
+            if isinstance(row["id"], bool) or not isinstance(row["id"], str | int):
+                raise PredictionsError(f"{path}:{n}: \"id\" must be a record id (text or an integer), got "
+                                       f"{json.dumps(row['id'])[:60]}")
+            rid = str(row["id"])
+            if rid in responses:
+                dups.append(rid)
+            response = row.get("response")
+            responses[rid] = response if isinstance(response, str) else ("" if response is None else json.dumps(
+                response, ensure_ascii=False))
+            if row.get("error"):
+                errors[rid] = str(row["error"])[:300]
+            if isinstance(row.get("turns"), list):
+                turns[rid] = [str(t) for t in row["turns"]]
+    if dups and not allow_duplicates:
+        shown = ", ".join(sorted(set(dups))[:20])
+        raise PredictionsError(f"{path}: {len(set(dups))} duplicated id(s): {shown} (use --allow-duplicates to keep "
+                               f"the last line of each)")
+    return Predictions(responses, sorted(set(dups)), errors, turns)
+
+
+def cer(prediction: str, reference: str) -> float:
+    """Levenshtein(pred, ref) / max(len(ref), 1) after NFKC, whitespace removal and lowercasing."""
+    p, r = normalize_text(prediction), normalize_text(reference)
+    return Levenshtein.distance(p, r) / max(len(r), 1)
+
+
+@dataclass
+class ItemBox:
+    item: parsing.PredictedItem
+    box: Box | None  # original pixels, clipped; None when the item has no valid box
+
+
+def item_boxes(items: list[parsing.PredictedItem], record: Record, opts: ScoreOptions) -> list[ItemBox]:
+    out = []
+    for it in items:
+        box = None
+        try:
+            boxes = [from_model(b, record.width, record.height, opts.coords, opts.budget) for b in it.boxes]
+        except (ValueError, ZeroDivisionError):
+            boxes = []
+        if boxes:
+            b = Box.enclosing(boxes).clip(record.width, record.height)
+            if b.is_finite() and b.width > 0 and b.height > 0:
+                box = b
+        out.append(ItemBox(it, box))
+    return out
+
+
+def match_by_centre(items: list[ItemBox], group_boxes: list[Box], radius: float) -> dict[int, int]:
+    """Step 3: group index -> item index. Items top-down (y1, x1, output order); each takes the nearest
+    unmatched group whose centre is within radius x that group's diagonal of its own centre."""
+    order = sorted((i for i, ib in enumerate(items) if ib.box is not None),
+                   key=lambda i: (items[i].box.y1, items[i].box.x1, i))
+    reach = [(gb.center, radius * gb.diagonal) for gb in group_boxes]
+    taken: dict[int, int] = {}
+    for i in order:
+        cx, cy = items[i].box.center
+        best, best_d = None, math.inf
+        for g_idx, ((gx, gy), limit) in enumerate(reach):
+            if g_idx in taken:
+                continue
+            d = math.hypot(cx - gx, cy - gy)
+            if d <= limit and d < best_d:
+                best, best_d = g_idx, d
+        if best is not None:
+            taken[best] = i
+    return taken
+
+
+def iou_pairs(boxes: list[Box], group_boxes: list[Box]) -> list[tuple[float, int, int]]:
+    """(IoU, item, group) for every overlapping pair, by descending IoU (ties: item, then group order)."""
+    pairs = [(b.iou(g), i, j) for i, b in enumerate(boxes) for j, g in enumerate(group_boxes)]
+    return sorted((p for p in pairs if p[0] > 0), key=lambda t: (-t[0], t[1], t[2]))
+
+
+def iou_matches(pairs: list[tuple[float, int, int]], threshold: float) -> int:
+    """True positives at one IoU threshold: greedy one-to-one over `iou_pairs` order."""
+    used_i, used_j, tp = set(), set(), 0
+    for iou, i, j in pairs:
+        if iou < threshold:
+            break
+        if i not in used_i and j not in used_j:
+            used_i.add(i)
+            used_j.add(j)
+            tp += 1
+    return tp
+
+
+@dataclass
+class GroupOutcome:
+    record_id: str
+    group_id: str
+    label: str
+    subject: str
+    stage: str
+    question_type: str
+    content_format: str
+    localized: bool = False
+    recognized: bool = False
+    reasoned: bool = False
+    accurate: bool = False
+    cer: float | None = None
+    judged: bool | None = None  # the model's judgment, when it reached step 6 with a valid one
+    unverifiable: bool = False  # answer-free, no reference: the answer gate was skipped
+    excluded: bool = False
+
+
+def _pending(record: Record, g: Group) -> GroupOutcome:
+    return GroupOutcome(record.record_id, g.group_id, g.label, record.subject, g.stage or "Unknown",
+                        g.question_type, g.content_format)
+
+
+def _rate(n: int, d: int) -> float:
+    return round(n / d, _ROUND) if d else 0.0
+
+
+def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]]) -> tuple[float, dict[str, float]]:
+    """mAP@[0.2:0.5] in [0, 100]: AP_t = P_t x R_t over the whole setting (one PR point: no confidences)."""
+    n_items = sum(len(b) for b in boxes_by_record.values())
+    pairs, n_groups = [], 0
+    for r in records:
+        group_boxes = [g.box for g in r.groups]
+        n_groups += len(group_boxes)
+        pairs.append(iou_pairs(boxes_by_record.get(r.record_id, []), group_boxes))
+    ap = {}
+    for t in IOU_THRESHOLDS:
+        tp = sum(iou_matches(p, t) for p in pairs)
+        p = tp / n_items if n_items else 0.0
+        rec = tp / n_groups if n_groups else 0.0
+        ap[f"{t:.2f}"] = round(p * rec, _ROUND)
+    return round(100 * sum(ap.values()) / len(ap), 4), ap
+
+
+def _partial_credit(records: list[Record], matched: dict[tuple[str, str], parsing.PredictedItem]) -> dict | None:
+    """MAE and banded QWK where annotations give `full_score` and `score` per group; None otherwise."""
+    rows = []
+    for r in records:
+        for g in r.groups:
+            attrs = g.marks[0].extra_attributes
+            full, gt = parsing.parse_number(attrs.get("full_score")), parsing.parse_number(attrs.get("score"))
+            if full is None or gt is None or full <= 0:
+                continue
+            item = matched.get((r.record_id, g.group_id))
+            pred = parsing.parse_number(item.raw.get("score")) if item is not None else None
+            rows.append((full, gt, pred))
+    if not rows:
+        return None
+    missing = sum(p is None for _, _, p in rows)
+    errs = [(p if p is not None else 0.0) - gt for _, gt, p in rows]
+    fulls = [f for f, _, _ in rows]
+
+    def band(x: float, full: float) -> int:
+        ratio = x / full
+        return 0 if ratio < 0.6 else (1 if ratio < 0.85 else 2)
+
+    gt_b = [band(gt, f) for f, gt, _ in rows]
+    pr_b = [band(p if p is not None else 0.0, f) for f, _, p in rows]
+    k = 3
+    conf = [[0] * k for _ in range(k)]
+    for a, b in zip(gt_b, pr_b, strict=True):
+        conf[a][b] += 1
+    n = len(rows)
+    hist_a = [sum(conf[i]) for i in range(k)]
+    hist_b = [sum(conf[i][j] for i in range(k)) for j in range(k)]
+    w = [[(i - j) ** 2 / (k - 1) ** 2 for j in range(k)] for i in range(k)]
+    observed = sum(w[i][j] * conf[i][j] for i in range(k) for j in range(k)) / n
+    expected = sum(w[i][j] * hist_a[i] * hist_b[j] for i in range(k) for j in range(k)) / (n * n)
+    kappa = {"value": round(1 - observed / expected, _ROUND), "reason": None} if expected > 0 else {
+        "value": None, "reason": "undefined: ground truth and predictions fall in a single band, so chance "
+                                 "disagreement is zero"}
+    return {
+        "n": n, "missing_score": missing,
+        "mae": round(sum(abs(e) for e in errs) / n, _ROUND),
+        "normalized_mae": round(sum(abs(e) / f for e, f in zip(errs, fulls, strict=True)) / n, _ROUND),
+        "mean_signed_error": round(sum(errs) / n, _ROUND),
+        "max_error": round(max(abs(e) for e in errs), _ROUND),
+        "errors_over_half_full_score": sum(abs(e) > f / 2 for e, f in zip(errs, fulls, strict=True)),
+        "qwk_bands": ["<60%", "60-85%", ">=85%"], "qwk": kappa, "confusion_matrix": conf,
+    }
+
+
+def scorer_sha256() -> str:
+    """Hash of the scoring code (every module of this package: parsing, judges, scoring) and of the true/false words
+    they read, so reports state what scored them."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    h.update(repr((sorted(TRUE_WORDS), sorted(FALSE_WORDS))).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class GradedSetting:
+    """One setting graded record by record (steps 3-6 for every group): what every summary metric reads."""
+
+    records: list[Record]
+    predictions: Predictions
+    opts: ScoreOptions
+    judge: judges.Judge
+    outcomes: list[GroupOutcome] = field(default_factory=list)
+    judged_pairs: list[tuple[str, str]] = field(default_factory=list)  # (answer, reference) asked of the judge
+    boxes_by_record: dict[str, list[Box]] = field(default_factory=dict)  # valid boxes of each answered record
+    matched_items: dict[tuple[str, str], parsing.PredictedItem] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    unparsable: list[str] = field(default_factory=list)
+    parse_reasons: Counter = field(default_factory=Counter)
+    no_valid_box: int = 0
+
+    @cached_property
+    def counted(self) -> list[GroupOutcome]:
+        """The denominator: every group, less those excluded (--exclude-other)."""
+        return [o for o in self.outcomes if not o.excluded]
+
+    @cached_property
+    def localization(self) -> tuple[float, dict[str, float]]:
+        return map_20_50(self.records, self.boxes_by_record)
+
+    def rate(self, gate: str) -> float:
+        return _rate(sum(getattr(o, gate) for o in self.counted), len(self.counted))
+
+
+def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
+          judge: judges.Judge | None = None) -> GradedSetting:
+    """Every group's outcome: matched (3), transcribed (4), answered (5, one judge call for the whole setting)
+    and judged (6)."""
+    g = GradedSetting(records, predictions, opts, judge or judges.RuleJudge())
+    pending_answers: list[tuple[GroupOutcome, parsing.PredictedItem, str]] = []
+    for r in records:
+        group_outcomes = [_pending(r, grp) for grp in r.groups]
+        g.outcomes += group_outcomes
+        if r.record_id not in predictions.responses:
+            g.missing.append(r.record_id)
+            continue
+        pending_answers += _grade_record(g, r, group_outcomes)
+    g.judged_pairs = [(item.answer, ref) for _, item, ref in pending_answers]
+    verdicts = g.judge.judge_many(g.judged_pairs)
+    for (out, item, _), ok in zip(pending_answers, verdicts, strict=True):
+        if ok:
+            out.reasoned = True
+            _judge_step(out, item)
+    if opts.exclude_other:
+        for o in g.outcomes:
+            o.excluded = o.label not in (RIGHT, WRONG)
+    return g
+
+
+def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome]
+                  ) -> list[tuple[GroupOutcome, parsing.PredictedItem, str]]:
+    """One answered record's groups through steps 3, 4 and 6; returns those waiting for the answer gate (5)."""
+    parsed = parsing.parse_response(g.predictions.responses[r.record_id])
+    if parsed.reason:
+        g.parse_reasons[parsed.reason] += 1
+        if not parsed.items:
+            g.unparsable.append(r.record_id)
+    items = item_boxes(parsing.normalize_items(parsed.items), r, g.opts)
+    g.no_valid_box += sum(ib.box is None for ib in items)
+    g.boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
+    pending = []
+    for g_idx, i_idx in match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius).items():
+        grp, out, item = r.groups[g_idx], group_outcomes[g_idx], items[i_idx].item
+        g.matched_items[(r.record_id, grp.group_id)] = item
+        out.localized = True
+        out.cer = round(cer(item.text, grp.hand), _ROUND)
+        if out.cer >= CER_THRESHOLD:
+            continue
+        out.recognized = True
+        if g.opts.mode == ANSWER_FREE and grp.std is not None:
+            pending.append((out, item, grp.std))
+            continue
+        out.unverifiable = g.opts.mode == ANSWER_FREE
+        out.reasoned = True
+        _judge_step(out, item)
+    return pending
+
+
+def _coverage(g: GradedSetting) -> dict:
+    unexpected = sorted(set(g.predictions.responses) - {r.record_id for r in g.records})
+    dups = g.predictions.duplicates
+    return {"missing": len(g.missing), "unexpected": len(unexpected), "duplicate": len(dups),
+            "unparsable": len(g.unparsable), "no_valid_box": g.no_valid_box,
+            "ids": {"missing": g.missing, "unexpected": unexpected, "duplicate": dups, "unparsable": g.unparsable}}
+
+
+# The report of a setting, field by field (docs/metric.md#the-metric lists each). A new metric is one line here: its
+# name and the function of the graded setting that computes it.
+METRICS: dict[str, Callable[[GradedSetting], object]] = {
+    "level": lambda g: g.opts.level,
+    "mode": lambda g: g.opts.mode,
+    "n_records": lambda g: len(g.records),
+    "n_groups": lambda g: len(g.counted),
+    "accuracy": lambda g: g.rate("accurate"),
+    "localized": lambda g: g.rate("localized"),
+    "recognized": lambda g: g.rate("recognized"),
+    "reasoned": lambda g: g.rate("reasoned"),
+    "correct": lambda g: sum(o.accurate for o in g.counted),
+    "fn": lambda g: sum(o.judged is False and o.label == RIGHT for o in g.counted),
+    "fp": lambda g: sum(o.judged is True and o.label != RIGHT for o in g.counted),
+    "unverifiable": lambda g: sum(o.unverifiable for o in g.counted),
+    "judge_replies": lambda g: g.judge.stats(g.judged_pairs),
+    "labels": lambda g: dict(sorted(Counter(o.label for o in g.outcomes).items())),
+    "excluded_other_labels": lambda g: sum(o.excluded for o in g.outcomes),
+    "map_20_50": lambda g: g.localization[0],
+    "ap_by_iou": lambda g: g.localization[1],
+    "coverage": _coverage,
+    "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
+    "breakdown": lambda g: breakdown(g.counted),
+    "partial_credit": lambda g: _partial_credit(g.records, g.matched_items),
+    "settings": lambda g: asdict(g.opts) | {"judge": getattr(g.judge, "name", g.opts.judge),
+                                            "cer_threshold": CER_THRESHOLD, "iou_thresholds": list(IOU_THRESHOLDS)},
+    "scorer_sha256": lambda g: scorer_sha256(),
+    "groups": lambda g: [dict(vars(o)) for o in g.outcomes],
+}
+
+
+def summarize(graded: GradedSetting) -> dict:
+    """The setting's report: every metric of METRICS over the graded setting."""
+    return {name: metric(graded) for name, metric in METRICS.items()}
+
+
+def score(records: list[Record], predictions: Predictions, opts: ScoreOptions,
+          judge: judges.Judge | None = None) -> dict:
+    """Score one setting (level x mode); returns the report dict (docs/metric.md#the-metric: every field)."""
+    if opts.mode not in MODES:
+        raise ValueError(f"unknown mode {opts.mode!r}")
+    return summarize(grade(records, predictions, opts, judge))
+
+
+def _judge_step(out: GroupOutcome, item: parsing.PredictedItem) -> None:
+    """Step 6: the coerced judgment must equal the label (right vs. everything else)."""
+    out.judged = item.correctness
+    out.accurate = item.correctness is not None and item.correctness == (out.label == RIGHT)
+
+
+def breakdown(outcomes: list[GroupOutcome]) -> dict:
+    """Accuracy by subject, stage, question type and content format, over the categories in the data."""
+    result = {}
+    for key in BREAKDOWN_KEYS:
+        cats: dict[str, list[int]] = {}
+        for o in outcomes:
+            c = cats.setdefault(getattr(o, key), [0, 0])
+            c[0] += 1
+            c[1] += o.accurate
+        result[key] = {k: {"n": n, "correct": ok, "accuracy": _rate(ok, n)} for k, (n, ok) in sorted(cats.items())}
+    return result
+
+
+@dataclass
+class ScoreRun:
+    """Everything one `eval/score.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
+
+    data: str = option(help="GradingBench-layout folder")
+    level: str = option(help="the level scored", choices=LEVELS)
+    mode: str = option(help="the mode scored", choices=MODES)
+    predictions: str = option(help='JSONL, one {"id": <record id>, "response": <raw model text>} per line')
+    coords: str = option(help="the convention the model was prompted with", choices=CONVENTIONS)
+    out: str = option(help="the report (JSON)")
+    min_pixels: int = option(PixelBudget().min_pixels, "the pixel budget the model saw (qwen25 boxes)")
+    max_pixels: int = option(PixelBudget().max_pixels, "as --min-pixels")
+    factor: int = option(PixelBudget().factor, "the model's image token side in px (qwen25 boxes): 28 Qwen2.5-VL, "
+                                               "32 Qwen3-VL")
+    judge: str = option("rule", judges.judge_usage)
+    kv_cache_gib: float | None = option(None, "vllm judge: KV-cache size in GiB (default on CPU: a quarter of free "
+                                              "memory, 0.5-4 GiB)")
+    gpu_memory_utilization: float = option(0.9, "vllm judge on a GPU: share of the card")
+    match_radius: float = option(1.0, "x the group's box diagonal")
+    exclude_other: bool = option(False, "drop half-right/unanswered/unknown groups")
+    allow_duplicates: bool = option(False, "keep the last line of a duplicated id")
+    lenient: bool = option(False, "skip bad annotation records (listed)")
+
+
+def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
+    """Score one prediction file and write its report; returns the report and the annotation problems skipped
+    or warned about. The options are checked first, so a bad radius or budget never scores a file as 0.0."""
+    opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
+                        run.match_radius, run.exclude_other, run.allow_duplicates, run.judge)
+    judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
+    loaded = load_level(run.data, run.level, lenient=run.lenient)
+    preds = read_predictions(run.predictions, allow_duplicates=run.allow_duplicates)
+    report = score(loaded.records, preds, opts, judge)
+    write_report(report, run.out)
+    return report, loaded.skipped + loaded.warnings
+
+
+def write_report(report: dict, path: str | Path) -> None:
+    """Byte-stable JSON: sorted keys, fixed rounding (done when building the report). Any text round-trips: a
+    lone surrogate (an id or reply a model made up) is written as its JSON escape, not refused by UTF-8."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+    try:
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")
+    except OSError as e:  # a full disk's error names no file
+        raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+# ----------------------------------------------------------------------------- isolated diagnostics
+def recognition_rate(records: list[Record], texts: dict[tuple[str, str], str]) -> float:
+    """Recognition only: share of groups whose transcription (given its box) has CER < 0.7; a group with
+    no transcription fails."""
+    groups = [(r.record_id, g) for r in records for g in r.groups]
+    ok = sum((rid, g.group_id) in texts and cer(texts[(rid, g.group_id)], g.hand) < CER_THRESHOLD
+             for rid, g in groups)
+    return _rate(ok, len(groups))
+
+
+def reasoning_accuracy(records: list[Record], judgments: dict[tuple[str, str], object]) -> float:
+    """Reasoning only: share of groups whose judgment (given the transcription) equals the label."""
+    groups = [(r.record_id, g) for r in records for g in r.groups]
+    ok = 0
+    for rid, g in groups:
+        verdict = parsing.coerce_correctness(judgments.get((rid, g.group_id)))
+        ok += verdict is not None and verdict == g.is_right
+    return _rate(ok, len(groups))
+
+
+def localization_map(records: list[Record], predictions: Predictions, opts: ScoreOptions) -> float:
+    """Localization only: mAP@[0.2:0.5] of the boxes in the responses."""
+    boxes = {}
+    for r in records:
+        parsed = parsing.parse_response(predictions.responses.get(r.record_id))
+        boxes[r.record_id] = [ib.box for ib in item_boxes(parsing.normalize_items(parsed.items), r, opts)
+                              if ib.box is not None]
+    return map_20_50(records, boxes)[0]
