@@ -20,7 +20,7 @@ from typing import TypeVar
 from omegaconf import OmegaConf
 
 from gbtrain.config import field_default, help_of, load_yaml
-from gbtrain.text import without_credentials
+from gbtrain.text import redact
 
 T = TypeVar("T")
 USER_ERRORS = (ValueError, OSError)
@@ -38,7 +38,7 @@ def describe(error: BaseException) -> str:
         text = " ".join(line.strip() for line in [head, *rest] if line.strip())
     else:
         text = "\n".join([head, *rest])
-    return without_credentials(text)
+    return redact(text)
 
 
 @contextmanager
@@ -64,10 +64,9 @@ def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | Non
                 require: bool = True) -> None:
     """One flag per field of a tool's options dataclass (`--kebab-case`, its default, help and choices from
     config.option): the required fields first, then the tool's own, then those of a shared group (the model
-    options). `defaults` (a --config file's values) replace the fields' own and make a required flag optional. A flag
-    defaulting to true comes with its --no- form (every flag does with require=False:
-    the first pass of parse_options). A
-    positional field is an argument given by its place instead."""
+    options). `defaults` (a --config file's values) replace the fields' own and make a required flag optional. A
+    flag defaulting to true comes with its --no- form (every flag does with require=False: the first pass of
+    parse_options). A positional field is an argument given by its place instead."""
     types = {"int": int, "float": float, "str": str}
     defaults = defaults or {}
     ordered = sorted(fields(options), key=lambda f: (field_default(f) is not MISSING, f.metadata.get("group", "")))
