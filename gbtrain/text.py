@@ -1,14 +1,34 @@
-"""Text that leaves the program: what may be written to reports and logs, and names safe as file names."""
+"""Text that leaves the program: without credentials (redact), and names safe as file names (safe_name)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 
+_SECRETS: set[str] = set()  # credentials this process holds (register_secret)
+_USERINFO = re.compile(r"//[^/\s?#]*@")  # up to the last @ before the host: a password may hold an unencoded @
+_QUERY_SECRET = re.compile(r"([?&;](?:api[_-]?key|key|token|access[_-]?token|auth|password|passwd|secret|sig|"
+                           r"signature|x-api-key)=)[^&#\s]*", re.I)
+_BEARER = re.compile(r"(\bBearer\s+)[\w.~+/=-]+", re.I)
+REDACTED = "***"
 
-def without_credentials(text: str) -> str:
-    """A URL or backend spec with any `user:key@` part removed: what may be written to reports and logs."""
-    return re.sub(r"//[^/@\s]*@", "//", text)
+
+def register_secret(value: str | None) -> None:
+    """A credential this process holds (an API key read from the environment): from now on redact() removes it
+    wherever it appears, e.g. in an endpoint's error text that echoes the request."""
+    if value and len(value) >= 4:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """Text without credentials: what may be written to reports, records and logs, or printed. Removes a URL's
+    `user:password@` part, credential query parameters (`?api_key=...`, `token=`, ...), bearer tokens, and every
+    registered secret. Every writer of text that may hold one (an option, an endpoint's reply) passes it here."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    text = _USERINFO.sub("//", text)
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def safe_name(text: str) -> str:

@@ -141,12 +141,26 @@ def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
 
 def test_credentials_in_a_url_never_reach_a_report():
     from gbtrain.metric.judges import judge_from_spec
-    from gbtrain.text import without_credentials
+    from gbtrain.text import redact
 
     spec = "openai:judge-model@https://user:sk-secret@example.org/v1"
     assert "sk-secret" not in judge_from_spec(spec).name  # the name goes into every report
-    assert without_credentials("https://user:sk-secret@example.org/v1") == "https://example.org/v1"
-    assert without_credentials("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
+    assert redact("https://user:sk-secret@example.org/v1") == "https://example.org/v1"
+    assert redact("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
+    assert redact("https://user:p@ss@example.org/v1 and //h/x@y") == "https://example.org/v1 and //h/x@y"
+    assert redact("http://h/v1?api_key=T1&model=m;token=T2#f") == "http://h/v1?api_key=***&model=m;token=***#f"
+    assert redact("Authorization: Bearer abc.DEF-123") == "Authorization: Bearer ***"
+
+
+def test_a_registered_secret_is_removed_wherever_it_appears(monkeypatch):
+    from gbtrain import text
+
+    monkeypatch.setattr(text, "_SECRETS", set())
+    text.register_secret("k9")  # too short to tell from ordinary text: not registered
+    text.register_secret("sk-abc123")
+    text.register_secret(None)
+    assert text.redact("400: invalid key sk-abc123 (sk-abc123)") == "400: invalid key *** (***)"
+    assert text.redact("k9 stays") == "k9 stays"
 
 
 def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monkeypatch):

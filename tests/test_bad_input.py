@@ -50,6 +50,8 @@ SECRET = "sk-LEAKED-4242"
 RO = r"/ro(/\S*)?: (Permission denied|Operation not permitted)"  # an output in a read-only folder
 A_FILE = r"/f\.txt(/\S*)?: (File exists|Not a directory)"  # an output folder that is a file
 OVERLAP = r"(--out|output_dir) \S+ (is|lies inside|holds) \S+ \S+: choose another"  # an output over an input
+# work in an output folder that no record of the tool vouches for (never reused, never deleted)
+NOT_VOUCHED = r"holds \S+.* that no readable \S+ of {tool} vouches for: choose another --out \(--overwrite discards"
 CLASSES = ("clear", "unclear", "silent", "traceback", "hang", "escaped")
 OUTCOMES: dict[str, str] = {}  # case id -> class, filled as the cases run
 
@@ -68,7 +70,8 @@ class Env:
     def sub(self, text: str) -> str:
         """Fill {box}, {outside}, {url} and the fixture names in a command-line argument."""
         names = {"box": self.box, "outside": self.outside, "url": self.url,
-                 "cred_url": self.url.replace("//", f"//user:{SECRET}@", 1), **self.fixtures}
+                 "cred_url": self.url.replace("//", f"//user:{SECRET}@", 1),
+                 "cred_at_url": self.url.replace("//", f"//user:p@{SECRET}@", 1), **self.fixtures}
         for key, value in names.items():
             text = text.replace("{" + key + "}", str(value))
         return text
@@ -688,13 +691,13 @@ def eval_cases() -> list[Case]:
              check=report_has("out/run.json", model="ok"), setup=earlier_run({"model": "other"})),
         Case("rerun-bigger-limit", RUN_EVAL, eval_args(limit="3"), code=0,
              check=report_has(report, settings__L1_af__coverage__missing=0, meta__limit=3), setup=earlier_run()),
-        Case("run-record-not-json", RUN_EVAL, eval_args(),
-             r"made otherwise \(\S+/run\.json cannot be read\).*--overwrite",
+        Case("run-record-not-json", RUN_EVAL, eval_args(), NOT_VOUCHED.format(tool="run_eval"),
              setup=chain(earlier_run(), write("out/run.json", "{half"))),
-        Case("run-record-a-list", RUN_EVAL, eval_args(), r"run\.json cannot be read.*--overwrite",
+        Case("run-record-a-list", RUN_EVAL, eval_args(), NOT_VOUCHED.format(tool="run_eval"),
              setup=chain(earlier_run(), write("out/run.json", "[]"))),
-        Case("run-record-broken-overwrite", RUN_EVAL, eval_args("--overwrite"), code=0, check=exists(report),
-             setup=chain(earlier_run(), write("out/run.json", "[]"))),
+        # --overwrite discards only what a record of the same tool vouches for: a broken record vouches for nothing
+        Case("run-record-broken-overwrite", RUN_EVAL, eval_args("--overwrite"), NOT_VOUCHED.format(tool="run_eval"),
+             setup=chain(earlier_run(), write("out/run.json", "[]")), outputs=("out/.lock",)),
         Case("run-record-without-predictions", RUN_EVAL, eval_args(), code=0, check=exists(report),
              setup=write("out/run.json", '{"model": "another"}')),
         Case("predictions-torn-middle", RUN_EVAL, eval_args(), r"L1-af\.jsonl.*--overwrite",
@@ -718,6 +721,17 @@ def eval_cases() -> list[Case]:
              r"endpoint http://127\.0\.0\.1:\d+/v1 answered 401"),
         Case("endpoint-credentials-ok", RUN_EVAL, eval_args(base_url=cred_url), code=0,
              check=report_has("out/run.json", base_url=lambda u: "user" not in u)),
+        # secrets: an endpoint that echoes the key, a key in the URL's query, a password holding an unencoded @
+        # (run.json, report.*, predictions and the console are searched for SECRET after every case)
+        Case("endpoint-echoes-the-key-400", RUN_EVAL, eval_args("--api-key-env", "GBTRAIN_TEST_KEY", model="echo-key"),
+             code=0, check=report_has(report, settings__L1_af__generation_errors__count=2)),
+        Case("endpoint-echoes-the-key-401", RUN_EVAL, eval_args("--api-key-env", "GBTRAIN_TEST_KEY",
+                                                                model="echo-key-401"),
+             r"endpoint http://127\.0\.0\.1:\d+/v1 answered 401 .*\*\*\*.*API key"),
+        Case("endpoint-key-in-query", RUN_EVAL, eval_args(base_url="{url}?api_key=" + SECRET), code=0,
+             check=report_has("out/run.json", base_url=lambda u: u.endswith("?api_key=***"))),
+        Case("endpoint-password-with-at", RUN_EVAL, eval_args(base_url="{cred_at_url}"), code=0,
+             check=report_has("out/run.json", base_url=lambda u: "@" not in u)),
         Case("reply-huge", RUN_EVAL, eval_args(model="huge"), code=0,
              check=report_has(report, settings__L1_af__parse_failures__too_large=2)),
         Case("reply-deep", RUN_EVAL, eval_args(model="deep"), code=0,
@@ -1212,8 +1226,10 @@ def answer_by_model(model: str, n: int) -> tuple[int, str | None]:
     """What the fake endpoint answers depends on the requested model name: ok ("[]"), yes, refuse (400),
     refuse-second (400 to its second request), auth (401), missing (404), huge, deep, bignum, surrogate (hostile
     REPLIES) and null (no content)."""
-    status = 400 if model == "refuse" or (model == "refuse-second" and n == 2) else \
-        {"auth": 401, "missing": 404}.get(model, 200)
+    status = 400 if model in ("refuse", "echo-key") or (model == "refuse-second" and n == 2) else \
+        {"auth": 401, "echo-key-401": 401, "missing": 404}.get(model, 200)
+    if model.startswith("echo-key"):  # an endpoint whose error text repeats the request's key
+        return status, f"invalid request (Authorization: Bearer {SECRET}; key {SECRET})"
     return (status, REPLIES.get(model, "[]")) if status == 200 else (status, f"refused ({status})")
 
 
@@ -1355,7 +1371,7 @@ def run_case(case: Case, tmp_path: Path, fixtures: dict[str, Path], url: str) ->
 
 
 FIXED_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-             "OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "HF_DATASETS_OFFLINE": "1"}
+             "OPENAI_API_KEY": "", "OPENAI_BASE_URL": "", "HF_DATASETS_OFFLINE": "1", "GBTRAIN_TEST_KEY": SECRET}
 
 
 # ----------------------------------------------------------------------------------------------- fixtures and tests

@@ -12,6 +12,7 @@ import copy
 import io
 import json
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,106 @@ def test_unmappable_items_are_listed_never_dropped_silently(tmp_path):
     p1 = next(r for r in load_level(tmp_path / "out", "L3").records if r.record_id == "p1")
     assert [m.mark_id for m in p1.marks] == ["3"]
     assert "question 2 has no answer marks: not in L2/L1" in " ".join(report["notes"])
+
+
+def _escaping_export(fmt: str, tmp_path: Path, ref: str) -> Path:
+    """The fixture export of `fmt` whose page p1 names its image by `ref` (a path that leaves the images folder)."""
+    export = tmp_path / "export"
+    export.mkdir()
+    if fmt == "labelstudio":
+        tasks = json.loads(EXPORTS[fmt][0].read_text())
+        tasks[0]["data"]["image"] = ref
+        (export / "export.json").write_text(json.dumps(tasks))
+        return export / "export.json"
+    if fmt == "coco":
+        doc = json.loads(EXPORTS[fmt][0].read_text())
+        doc["images"][0]["file_name"] = ref
+        (export / "instances.json").write_text(json.dumps(doc))
+        return export / "instances.json"
+    if fmt == "cvat":
+        xml = EXPORTS[fmt][0].read_text().replace('name="p1.jpg"', f'name="{ref}"')
+        (export / "annotations.xml").write_text(xml)
+        return export / "annotations.xml"
+    for name in ("p1.json", "p2.json"):
+        doc = json.loads((EXPORTS[fmt][0] / name).read_text())
+        if name == "p1.json":
+            doc["imagePath"] = ref
+        (export / name).write_text(json.dumps(doc))
+    return export
+
+
+ESCAPES = [("labelstudio", "../secret/p1.jpg"), ("labelstudio", "/data/local-files/?d=../secret/p1.jpg"),
+           ("labelstudio", "/data/local-files/?d=%2e%2e/secret/p1.jpg"), ("labelstudio", "%2e%2e/secret/p1.jpg"),
+           ("coco", "../secret/p1.jpg"), ("cvat", "../secret/p1.jpg"), ("labelme", "../secret/p1.jpg")]
+
+
+@pytest.mark.parametrize(("fmt", "ref"), ESCAPES)
+def test_an_image_path_that_leaves_the_images_folder_is_refused(tmp_path, fmt, ref):
+    """An export cannot make the converter read a file outside the images folder and copy it into the dataset."""
+    images = tmp_path / "work" / "images"
+    secret = tmp_path / "work" / "secret" / "p1.jpg"  # ../secret/p1.jpg from images/ (and from export/)
+    secret.parent.mkdir(parents=True)
+    shutil.copytree(IMAGES, images)
+    (images / "p1.jpg").unlink()  # only the escaping reference could find a p1.jpg
+    shutil.copy(IMAGES / "p1.jpg", secret)
+    export = _escaping_export(fmt, tmp_path / "work", ref)
+    mapping = load_mapping(EXPORTS[fmt][1])
+    with pytest.raises(ValueError, match=r"is \S+/secret/p1\.jpg, outside the images folder .*copy the image there "
+                                         r"or set --images"):
+        convert(export, mapping, tmp_path / "out", images=images, progress=False)
+    report = convert(export, mapping, tmp_path / "lenient", images=images, lenient=True, progress=False)
+    assert report["pages"]["written"] == 1 and "secret" in report["unmapped"][0]["message"]
+    written = [p for p in (tmp_path / "lenient").rglob("*") if p.is_file()]
+    assert not any(p.read_bytes() == secret.read_bytes() for p in written)
+
+
+def test_a_symbolic_link_out_of_the_images_folder_is_refused(tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(IMAGES, images)
+    secret = tmp_path / "elsewhere" / "p1.jpg"
+    secret.parent.mkdir()
+    (images / "p1.jpg").rename(secret)
+    (images / "p1.jpg").symlink_to(secret)
+    with pytest.raises(ValueError, match=r"elsewhere/p1\.jpg, outside the images folder"):
+        convert(EXPORTS["coco"][0], load_mapping(EXPORTS["coco"][1]), tmp_path / "out", images=images, progress=False)
+
+
+def test_two_images_with_one_id_are_refused_not_merged(tmp_path):
+    doc = json.loads(EXPORTS["coco"][0].read_text())
+    doc["images"][1]["id"] = doc["images"][0]["id"]
+    (tmp_path / "instances.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"two images have id 1 \('p1\.jpg' and 'p2\.png'\): give each image its "
+                                         r"own id"):
+        convert(tmp_path / "instances.json", load_mapping(EXPORTS["coco"][1]), tmp_path / "out", images=IMAGES,
+                progress=False)
+
+
+def _ls_task_edit(tmp_path: Path, edit) -> Path:
+    tasks = json.loads(EXPORTS["labelstudio"][0].read_text())
+    edit(tasks[0]["annotations"][0]["result"])
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(tasks))
+    return path
+
+
+def test_two_regions_sharing_a_result_id_are_unmappable_not_merged(tmp_path):
+    def duplicate(results):
+        first = next(r for r in results if r["type"] == "rectanglelabels")
+        other = next(r for r in results if r["type"] == "rectanglelabels" and r["id"] != first["id"])
+        for r in results:
+            if r["id"] == other["id"]:
+                r["id"] = first["id"]
+    report = run_convert("labelstudio", tmp_path / "out", lenient=True, export=_ls_task_edit(tmp_path, duplicate))
+    assert any("shapes or repeated controls share this region id" in u["message"] for u in report["unmapped"])
+
+
+@pytest.mark.parametrize(("key", "value"), [("x", True), ("y", "6.25"), ("width", 10 ** 401), ("height", None)],
+                         ids=["bool", "text", "401-digit", "null"])
+def test_a_coordinate_that_is_not_a_number_is_unmappable(tmp_path, key, value):
+    def corrupt(results):
+        next(r for r in results if r["type"] == "rectanglelabels")["value"][key] = value
+    report = run_convert("labelstudio", tmp_path / "out", lenient=True, export=_ls_task_edit(tmp_path, corrupt))
+    assert "unreadable rectanglelabels coordinates" in [u["message"] for u in report["unmapped"]]
 
 
 def test_ignored_labels_are_counted_not_listed(tmp_path):

@@ -72,11 +72,81 @@ def test_pages_are_found_recursively_and_pdf_pages_rendered(tmp_path):
     assert [u["page"] for u in unreadable] == ["broken.pdf"] and "broken.pdf" in unreadable[0]["error"]
     by_name = {p.name: p for p in pages}
     first, second = (load_page(by_name[f"sub/exam.pdf-p{n}"], dpi=200) for n in (1, 2))
-    assert abs(first.width - 400) <= 1 and abs(first.height - 600) <= 1  # 144 x 216 pt at 200 dpi
-    assert first.getpixel((200, 300))[0] > 200 and second.getpixel((200, 300))[2] > 200  # red page, blue page
-    assert load_page(by_name["photo.jpg"], 200).size == (80, 120)  # upright, as a viewer shows it
+    assert abs(first.width - 400) <= 1 and abs(first.height - 600) <= 1 and first.dpi == 200  # 144 x 216 pt
+    assert first.image.getpixel((200, 300))[0] > 200 and second.image.getpixel((200, 300))[2] > 200  # red, blue
+    assert load_page(by_name["photo.jpg"], 200).image.size == (80, 120)  # upright, as a viewer shows it
     with pytest.raises(ValueError, match=r"cannot read page trunc\.jpg"):
         load_page(by_name["trunc.jpg"], 200)
+
+
+def _sized_pdf(path: Path, *sizes_pt: tuple[float, float]) -> Path:
+    """A PDF of blank pages of the given sizes in points, as small as a file can be that asks for any size."""
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument.new()
+    for width, height in sizes_pt:
+        pdf.new_page(width, height)
+    pdf.save(path)
+    pdf.close()
+    return path
+
+
+def test_pdf_pages_are_rendered_within_a_pixel_cap_and_huge_ones_refused(tmp_path):
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    pdf = _sized_pdf(folder / "bomb.pdf", (10_000, 10_000), (14_400, 100), (2384, 3370), (595, 842))
+    assert pdf.stat().st_size < 2000
+    pages, _ = find_pages(folder)
+    for page, width in zip(pages[:2], ("10000", "14400"), strict=True):
+        with pytest.raises(ValueError, match=rf"cannot read page bomb\.pdf-p{page.index + 1}: it is {width} x \d+ pt, "
+                                             r"larger than A0 \(2384 x 3370 pt\); split or scale"):
+            load_page(page, 200)
+    a0, a4 = load_page(pages[2], 200), load_page(pages[3], 200)
+    assert a0.width * a0.height <= grading.RENDER_PIXELS and a0.dpi < 200  # 62 Mpx at 200 dpi: rendered at ~150
+    assert a0.dpi == pytest.approx(72 * (grading.RENDER_PIXELS / (2384 * 3370)) ** 0.5, abs=0.1)
+    assert a4.dpi == 200 and abs(a4.width - 1653) <= 1
+
+
+def test_nothing_graded_is_an_error_and_batches_hold_a_bounded_number_of_pixels(tmp_path, budget, monkeypatch):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    _sized_pdf(pages / "huge.pdf", (10_000, 10_000))
+    (pages / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    backend = RecordingBackend(budget)
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    run = GradeRun("recorded", str(pages), str(tmp_path / "out"), backend="openai", coords="qwen25",
+                   min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
+    with pytest.raises(ValueError, match=r"no page could be graded \(2 unreadable, each named in .*summary\.json\)"):
+        grade_pages(run, progress=False)
+    assert backend.prompts == []
+
+    for i in range(5):
+        Image.new("RGB", (100, 100), "white").save(pages / f"p{i}.png")
+    monkeypatch.setattr(grading, "BATCH_PIXELS", 25_000)  # two 100 x 100 pages
+    sizes = []
+    monkeypatch.setattr(backend, "chat", lambda convs, sampling, chat=backend.chat: sizes.append(len(convs))
+                        or chat(convs, sampling))
+    summary = grade_pages(run, progress=False)
+    assert sizes == [2, 2, 1] and summary["graded_now"] == 5 and len(summary["unreadable"]) == 2
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_folder_of_the_users_own_pages_and_overlays_is_refused_and_kept(tmp_path, budget, monkeypatch, overwrite):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    Image.new("RGB", (100, 100), "white").save(pages / "a.png")
+    out = tmp_path / "out"
+    for name in ("pages/scan-notes.json", "overlays/marked.png"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("the user's")
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (RecordingBackend(budget), None))
+    run = GradeRun("recorded", str(pages), str(out), backend="openai", coords="qwen25", overwrite=overwrite,
+                   min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
+    with pytest.raises(ValueError, match=r"holds pages, overlays that no readable run\.json of grade_pages vouches "
+                                         r"for: choose another --out \(--overwrite discards only"):
+        grade_pages(run, progress=False)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != ".lock") == [
+        "overlays/marked.png", "pages/scan-notes.json"]
 
 
 # --------------------------------------------------------------------------------- answer key and prompt

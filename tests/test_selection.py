@@ -192,6 +192,21 @@ def test_a_selection_made_otherwise_is_refused_and_overwrite_discards_it(tmp_pat
     assert json.loads((out / "selection_run.json").read_text())["limit"] == 3
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_work_no_selection_record_vouches_for_is_never_reused_or_deleted(tmp_path, overwrite):
+    """A folder of the user's own (data/, merged/, checkpoint-1/) is refused, and --overwrite deletes none of it."""
+    out = tmp_path / "mine"
+    for name in ("data/L1.json", "merged/notes.txt", "checkpoint-1/model.safetensors"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("the user's")
+    with pytest.raises(ValueError, match=r"holds checkpoint-1, merged, data that no readable selection_run\.json "
+                                         r"vouches for: choose another --out \(--overwrite discards only work that "
+                                         r"select_checkpoint recorded\)"):
+        claim_selection_folder(out, {"run": "/r"}, overwrite=overwrite)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "checkpoint-1/model.safetensors", "data/L1.json", "merged/notes.txt"]
+
+
 # --------------------------------------------------------------------------------- end to end
 @pytest.mark.slow
 def test_select_among_lora_checkpoints_the_recipe_saved(sft_dir, synth_dir, tiny_model_dir, tmp_path):

@@ -25,8 +25,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
+import math
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -40,13 +41,22 @@ from gbtrain.coords import PixelBudget
 from gbtrain.data.preview import COLORS, OTHER_COLOR, TEXT_CHARS
 from gbtrain.data.synth.fonts import draw_text
 from gbtrain.evaluation.engine import GRADING_SCHEMA, EvalOptions, Evaluator
-from gbtrain.evaluation.run import EvalRun, FolderLock, RunPlan, check_run, claim_output_folder, open_backend, plan_run
+from gbtrain.evaluation.run import (
+    EvalRun,
+    FolderLock,
+    RunPlan,
+    check_run,
+    claim_output_folder,
+    open_backend,
+    plan_run,
+    write_atomic,
+)
 from gbtrain.inference.base import SamplingOptions, message
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response
 from gbtrain.metric.scoring import ScoreOptions, item_boxes
 from gbtrain.schema import RIGHT, WRONG
-from gbtrain.text import safe_name, without_credentials
+from gbtrain.text import redact, safe_name
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3, setting_name
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -54,6 +64,12 @@ PDF_SUFFIX = ".pdf"
 RESULTS = "pages"  # OUT/pages: one file per graded page (see is_graded)
 OVERLAYS = "overlays"
 PDF_DPI_RANGE = (36, 600)  # a page the model sees at --max-pixels anyway; 600 dpi A4 is already 35 Mpx
+# A PDF states its page size, so a file of a few hundred bytes can ask for gigapixels. A page larger than A0
+# (841 x 1189 mm) is not an exam page and is refused before it is rendered; any page is rendered at no more
+# than RENDER_PIXELS (600 dpi A4), at a lower dpi than --pdf-dpi when it would be more (its record says which).
+A0_PT = (2384, 3370)
+RENDER_PIXELS = 35_000_000
+BATCH_PIXELS = 300_000_000  # decoded pages held at once (about 1.2 GB): a batch is cut earlier when it is reached
 QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
 
 AnswerKey = list[tuple[str, str | None]]
@@ -115,10 +131,11 @@ class PageSize:
 @dataclass
 class LoadedPage:
     """A decoded page. It has the `width` and `height` that the evaluator's length check and box mapping read
-    from a record, so both take it in a record's place."""
+    from a record, so both take it in a record's place; `dpi`: what a PDF page was rendered at."""
 
     page: Page
     image: Image.Image
+    dpi: float | None = None
 
     @property
     def width(self) -> int:
@@ -162,19 +179,35 @@ def find_pages(folder: Path) -> tuple[list[Page], list[dict]]:
     return pages, unreadable
 
 
-def load_page(page: Page, dpi: float) -> Image.Image:
+def render_dpi(width_pt: float, height_pt: float, dpi: float) -> float:
+    """The dpi a PDF page of this size is rendered at: `dpi`, or less where that would exceed RENDER_PIXELS (the
+    largest scale s with (w s + 1)(h s + 1) <= RENDER_PIXELS, as the renderer rounds each side up)."""
+    w, h = width_pt, height_pt
+    scale = (math.sqrt((w + h) ** 2 + 4 * w * h * (RENDER_PIXELS - 1)) - (w + h)) / (2 * w * h)
+    return min(dpi, 72 * scale)
+
+
+def load_page(page: Page, dpi: float) -> LoadedPage:
     """The page as an RGB image, upright: a photo turned by its EXIF orientation (what a viewer shows, so the boxes
     match what the user sees; new pages have no annotations tied to the stored orientation), a PDF page rendered
-    at `dpi`. A page that cannot be read is a ValueError naming it."""
+    at `dpi` (render_dpi). A page that cannot be read, or a PDF page larger than A0, is a ValueError naming it."""
     import pypdfium2 as pdfium
 
     try:
         if page.index is None:
             with Image.open(page.source) as im:
-                return ImageOps.exif_transpose(im).convert("RGB")
+                return LoadedPage(page, ImageOps.exif_transpose(im).convert("RGB"))
         pdf = pdfium.PdfDocument(page.source)
         try:
-            return pdf[page.index].render(scale=dpi / 72).to_pil().convert("RGB")
+            pdf_page = pdf[page.index]
+            width, height = pdf_page.get_size()
+            if not min(width, height) > 0:  # NaN too
+                raise ValueError(f"cannot read page {page.name}: its size is {width} x {height} pt")
+            if max(width, height) > A0_PT[1] or min(width, height) > A0_PT[0]:
+                raise ValueError(f"cannot read page {page.name}: it is {width:.0f} x {height:.0f} pt, larger than A0 "
+                                 f"({A0_PT[0]} x {A0_PT[1]} pt); split or scale the PDF's pages")
+            used = render_dpi(width, height, dpi)
+            return LoadedPage(page, pdf_page.render(scale=used / 72).to_pil().convert("RGB"), round(used, 2))
         finally:
             pdf.close()
     except (OSError, SyntaxError, Image.DecompressionBombError, pdfium.PdfiumError) as e:
@@ -258,15 +291,13 @@ def page_totals(items: list[dict], status: str) -> dict:
             "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error"))}
 
 
-def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None,
-                dpi: float) -> dict:
+def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None) -> dict:
     """A graded page as OUT/pages/<page>.json holds it. `reply` is an Evaluator.send_batch row: the model's text, or
     an error (prompt too long for the context, an endpoint's refusal) with no text; status "error" then."""
     items, reason = read_reply(reply["response"], page.width, page.height, coords, budget, key)
     status = "error" if reply.get("error") else reason or "ok"
     p = page.page
-    return {"page": p.name, "source": p.rel,
-            "pdf_page": None if p.index is None else p.index + 1, "pdf_dpi": None if p.index is None else dpi,
+    return {"page": p.name, "source": p.rel, "pdf_page": None if p.index is None else p.index + 1, "pdf_dpi": page.dpi,
             "width": page.width, "height": page.height, "mode": ANSWER_BASED if key else ANSWER_FREE,
             "status": status, "error": reply.get("error"), "totals": page_totals(items, status), "items": items,
             "response": str(reply["response"])}
@@ -302,18 +333,6 @@ def page_file(out: Path, page: Page) -> Path:
     return out / RESULTS / f"{page.stem}.json"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Whole or not at all: the file's presence marks the page done. backslashreplace keeps a reply's lone
-    surrogate the JSON escape it was (as the evaluator writes predictions)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 PAGE_FIELDS = ("page", "status", "totals", "items")  # what the tables read from a page file
 
 
@@ -340,7 +359,7 @@ def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None) -> dic
     key, token limit, PDF resolution), and which folder. Batch sizes and parallelism change no reply."""
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
     return {"tool": "grade_pages", "model": model, "backend": run.backend,
-            "base_url": without_credentials(run.base_url) if run.base_url else None, "coords": plan.coords,
+            "base_url": redact(run.base_url) if run.base_url else None, "coords": plan.coords,
             "min_pixels": plan.budget.min_pixels, "max_pixels": plan.budget.max_pixels,
             "prompt_hash": prompts.prompt_fingerprint(), "mode": run.mode, "answer_key_sha256": answer_key_hash(key),
             "max_tokens": run.max_tokens, "structured": run.structured, "pdf_dpi": run.pdf_dpi,
@@ -407,13 +426,16 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
     out = Path(run.out)
     with FolderLock(out):
         identity = grading_identity(run, plan, key)
-        claim_output_folder(out, identity, run.overwrite, results=RESULTS)  # before any model starts
-        if run.overwrite:
+        claim_output_folder(out, identity, run.overwrite, work=(RESULTS, OVERLAYS))  # before any model starts
+        if run.overwrite:  # the claim vouched that these hold only this tool's work
             for name in (RESULTS, OVERLAYS):
                 shutil.rmtree(out / name, ignore_errors=True)
         todo = [p for p in pages if not is_graded(out, p)]
         failed = _grade(run, plan, key, todo, out, progress) if todo else []
         summary = write_tables(out, pages, unreadable + failed, identity)
+    if not summary["pages"]:
+        raise ValueError(f"{folder}: no page could be graded ({len(summary['unreadable'])} unreadable, each named in "
+                         f"{out / 'summary.json'})")
     return summary | {"graded_now": len(todo) - len(failed)}
 
 
@@ -431,22 +453,36 @@ def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, todo: list[Page]
     failed: list[dict] = []
     bar = tqdm(total=len(todo), desc="grade", disable=not progress)
     try:
-        for i in range(0, len(todo), run.batch_size):
-            batch = todo[i:i + run.batch_size]
-            loaded = []
-            for page in batch:
-                try:
-                    loaded.append(LoadedPage(page, load_page(page, run.pdf_dpi)))
-                except ValueError as e:
-                    failed.append({"page": page.name, "error": str(e)})
+        for loaded in _batches(todo, run.batch_size, run.pdf_dpi, failed, bar):
             replies = sender.send_batch([[message(text, lp.image)] for lp in loaded], [text] * len(loaded), loaded)
             for lp, reply in zip(loaded, replies, strict=True):
-                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key, run.pdf_dpi))
-            bar.update(len(batch))
+                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key))
     finally:
         bar.close()
         backend.close()
     return failed
+
+
+def _batches(todo: list[Page], size: int, dpi: float, failed: list[dict], bar) -> Iterator[list[LoadedPage]]:
+    """The pages decoded one at a time into batches of at most `size` pages and BATCH_PIXELS pixels, so that memory
+    stays bounded whatever the pages; a page that cannot be read goes to `failed`."""
+    batch: list[LoadedPage] = []
+    for page in todo:
+        try:
+            lp = load_page(page, dpi)
+        except ValueError as e:
+            failed.append({"page": page.name, "error": str(e)})
+            bar.update(1)
+            continue
+        if batch and (len(batch) == size or sum(p.width * p.height for p in batch) + lp.width * lp.height
+                      > BATCH_PIXELS):
+            yield batch
+            bar.update(len(batch))
+            batch = []
+        batch.append(lp)
+    if batch:
+        yield batch
+        bar.update(len(batch))
 
 
 def _save_page(out: Path, page: LoadedPage, record: dict) -> None:
@@ -454,4 +490,4 @@ def _save_page(out: Path, page: LoadedPage, record: dict) -> None:
     overlay = out / OVERLAYS / f"{page.page.stem}.png"
     overlay.parent.mkdir(parents=True, exist_ok=True)
     draw_grades(page.image, record["items"]).save(overlay)
-    _write_atomic(page_file(out, page.page), json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+    write_atomic(page_file(out, page.page), json.dumps(record, ensure_ascii=False, indent=1) + "\n")

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 
 from gbtrain.config import option
 from gbtrain.schema import Record
-from gbtrain.text import without_credentials
+from gbtrain.text import redact
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
 
 GATES = ("localized", "recognized", "reasoned", "accuracy")
@@ -185,7 +185,7 @@ METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
 def comparison_problems(base: dict, sft: dict) -> list[str]:
     """Why two reports cannot be compared: other annotations, record limit, judge or scorer, or settings
     that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
-    problems = [without_credentials(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
+    problems = [redact(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
                 for key in ("annotations_sha256", "limit", "judge", "scorer_sha256")
                 if base["meta"].get(key) != sft["meta"].get(key)]
     common = sorted(set(base["settings"]) & set(sft["settings"]))

@@ -33,7 +33,7 @@ from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.metric.parsing import parse_response
-from gbtrain.text import safe_name, without_credentials
+from gbtrain.text import redact, safe_name
 from gbtrain.vocabulary import L2, one_of
 
 
@@ -65,8 +65,8 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: floa
     (`--limit`, batch sizes, parallelism and the judge may change between reruns: they do not change a line.)"""
     data = Path(run.data)
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
-    base_url = without_credentials(run.base_url) if run.base_url else None
-    return {"model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
+    base_url = redact(run.base_url) if run.base_url else None
+    return {"tool": "run_eval", "model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "l2_margin": l2_margin,
             "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
             "data": str(data.resolve()), "annotations_sha256": annotations_sha256(data)}
@@ -111,23 +111,46 @@ def _recorded_identity(path: Path) -> dict | None:
     return recorded if isinstance(recorded, dict) else None
 
 
-def claim_output_folder(out: Path, identity: dict, overwrite: bool, results: str = "predictions") -> None:
-    """Record what makes this folder's predictions; a rerun with anything else is refused rather than mixed
-    with them (or, with --overwrite, the old predictions go first). A record without predictions (a run that
-    stopped before its first batch) is replaced. `results`: the subfolder that holds the work (grading new
-    pages keeps its per-page files in OUT/pages)."""
+def claim_output_folder(out: Path, identity: dict, overwrite: bool, work: tuple[str, ...] = ("predictions",)) -> None:
+    """Record what makes this folder's work (`identity`, whose "tool" names the tool); a rerun with anything else is
+    refused rather than mixed with it (or, with --overwrite, the old work goes first). `work`: the subfolders that
+    hold it (predictions, or grading's pages and overlays). Work that no readable record of the same tool vouches
+    for was not written by it: it is never reused, and never deleted, --overwrite or not. A record without work (a
+    run that stopped before its first batch) is replaced."""
     path = out / RUN_RECORD
-    predictions = out / results
-    if path.is_file() and predictions.is_dir() and any(predictions.iterdir()):
-        recorded = _recorded_identity(path)
-        differs = identity_differences(recorded, identity) if recorded is not None else [f"{path} cannot be read"]
+    held = [out / name for name in work if (out / name).exists() and not _empty_folder(out / name)]
+    if held:
+        recorded = _recorded_identity(path) if path.is_file() else None
+        tool = identity["tool"]
+        names = ", ".join(p.name for p in held)
+        if recorded is None or recorded.get("tool") != tool:
+            raise ValueError(f"{out} holds {names} that no readable {RUN_RECORD} of {tool} vouches for: choose another "
+                             f"--out (--overwrite discards only work that {tool} recorded)")
+        differs = identity_differences(recorded, identity)
         if differs and not overwrite:
-            raise ValueError(f"{out} holds predictions made otherwise ({'; '.join(differs)}): choose another "
-                             f"--out, or pass --overwrite to discard them")
+            raise ValueError(f"{out} holds work made otherwise ({'; '.join(differs)}): choose another --out, or pass "
+                             f"--overwrite to discard it")
         if differs:
-            shutil.rmtree(predictions, ignore_errors=True)
+            for folder in held:
+                shutil.rmtree(folder)
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(identity, indent=1) + "\n")
+
+
+def _empty_folder(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Whole or not at all: a run killed mid-write leaves the old file (or none), never half of one, so a file's
+    presence can mark work done. backslashreplace keeps a reply's lone surrogate the JSON escape it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def check_run(run: EvalRun) -> None:
@@ -243,7 +266,7 @@ def run_meta(run: EvalRun, plan: RunPlan, identity: dict) -> dict:
     from gbtrain.metric.scoring import scorer_sha256
 
     return {"model": run.model, "backend": run.backend, "coords": plan.coords,
-            "judge": without_credentials(run.judge), "min_pixels": plan.budget.min_pixels,
+            "judge": redact(run.judge), "min_pixels": plan.budget.min_pixels,
             "max_pixels": plan.budget.max_pixels, "max_tokens": run.max_tokens,
             "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(), "limit": run.limit,
             "structured": run.structured, "data": identity["data"],

@@ -47,7 +47,7 @@ from gbtrain.evaluation.run import EvalRun, FolderLock, check_run, evaluate_chec
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_usage
 from gbtrain.schema import Record
-from gbtrain.text import without_credentials
+from gbtrain.text import redact
 
 TRAINING_RECORD = "gbtrain_run.json"  # written by gbtrain.train.trainer into every recipe output_dir
 SELECTION_RECORD = "selection_run.json"
@@ -244,21 +244,23 @@ def claim_selection_folder(out: Path, identity: dict, overwrite: bool) -> None:
     """Record what makes this folder's evaluations; a rerun with anything else is refused rather than mixed into
     one table (--overwrite discards the earlier evaluations, merged copies and split instead)."""
     record = out / SELECTION_RECORD
-    work = _evaluation_folders(out) if out.is_dir() else []
-    if work and not overwrite:
+    work = [*_evaluation_folders(out), *(p for p in (out / "merged", out / "data") if p.exists())] \
+        if out.is_dir() else []
+    if work:
         try:
             recorded = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
         except ValueError:
             recorded = None
-        if not isinstance(recorded, dict):
-            raise ValueError(f"{out} holds evaluations ({', '.join(p.name for p in work[:3])}) that no readable "
-                             f"{SELECTION_RECORD} vouches for: choose another --out, or pass --overwrite")
+        if not isinstance(recorded, dict):  # not this tool's work: never reused, never deleted
+            raise ValueError(f"{out} holds {', '.join(p.name for p in work[:3])} that no readable {SELECTION_RECORD} "
+                             f"vouches for: choose another --out (--overwrite discards only work that "
+                             f"select_checkpoint recorded)")
         differs = identity_differences(recorded, identity)
-        if differs:
+        if differs and not overwrite:
             raise ValueError(f"{out} holds a checkpoint selection made otherwise ({'; '.join(differs)}): choose "
                              f"another --out, or pass --overwrite to discard it")
     if overwrite:
-        for path in [*work, out / "merged", out / "data"]:
+        for path in work:
             shutil.rmtree(path, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
@@ -477,7 +479,7 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
                 "run_record_sha256": hashlib.sha256((run_dir / TRAINING_RECORD).read_bytes()).hexdigest()[:16],
                 "data": str(Path(sel.data).resolve()), "annotations_sha256": annotations_sha256(sel.data),
                 "split": sel.split, "settings": settings, "limit": sel.limit, "backend": sel.backend,
-                "judge": without_credentials(sel.judge), "base": base if any(c.kind == "lora" for c in candidates)
+                "judge": redact(sel.judge), "base": base if any(c.kind == "lora" for c in candidates)
                 else None, "coords": template.coords, "min_pixels": template.min_pixels,
                 "max_pixels": template.max_pixels, "l2_margin": template.l2_margin, "max_tokens": sel.max_tokens,
                 "max_model_len": sel.max_model_len}

@@ -9,6 +9,7 @@ import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from gbtrain.coords import PixelBudget
 from gbtrain.inference.base import (
@@ -19,7 +20,7 @@ from gbtrain.inference.base import (
     SamplingOptions,
     convert_messages,
 )
-from gbtrain.text import without_credentials
+from gbtrain.text import redact, register_secret
 
 
 def _jpeg_data_url(image) -> str:
@@ -47,7 +48,9 @@ class OpenAIBackend(RegisteredBackend):
         self.chat_template_kwargs = chat_template_kwargs
         self.budget = budget
         url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.url, self.api_key_env = without_credentials(url), api_key_env
+        register_secret(os.environ.get(api_key_env))  # an endpoint may echo it in an error: never written
+        register_secret(urlsplit(url).password)
+        self.url, self.api_key_env = redact(url), api_key_env
         self.openai_itself = "api.openai.com" in url
         self.concurrency = max(1, concurrency)
         self.client = OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
@@ -80,14 +83,14 @@ class OpenAIBackend(RegisteredBackend):
             return self._request(conv, sampling)
         except APIStatusError as e:
             if e.status_code in (400, 413, 422):
-                return FailedReply(f"{e.status_code} {type(e).__name__}: {str(e)[:300]}")
+                return FailedReply(redact(f"{e.status_code} {type(e).__name__}: {str(e)[:300]}"))
             hint = {401: f"check the API key (${self.api_key_env})", 403: f"check the API key (${self.api_key_env})",
                     404: "check the model name and the URL"}.get(e.status_code, "a rerun resumes what was answered")
-            raise EndpointError(f"the endpoint {self.url} answered {e.status_code} for model {self.model!r} "
-                                f"({str(e)[:200]}): {hint}") from None
+            raise EndpointError(redact(f"the endpoint {self.url} answered {e.status_code} for model {self.model!r} "
+                                       f"({str(e)[:200]}): {hint}")) from None
         except APIConnectionError as e:  # timeouts included, after the client's retries
-            raise EndpointError(f"the endpoint {self.url} cannot be reached ({e}): check the URL; a rerun resumes "
-                                f"what was answered") from None
+            raise EndpointError(redact(f"the endpoint {self.url} cannot be reached ({e}): check the URL; a rerun "
+                                       f"resumes what was answered")) from None
 
     def _request(self, conv: list[dict], sampling: SamplingOptions) -> str:
         kwargs = dict(model=self.model, messages=self.messages(conv), temperature=sampling.temperature,

@@ -23,7 +23,7 @@ from gbtrain.inference.base import (
 from gbtrain.inference.hf import HFBackend
 from gbtrain.inference.openai import OpenAIBackend
 from gbtrain.inference.vllm import VLLMBackend
-from gbtrain.text import without_credentials
+from gbtrain.text import redact
 from gbtrain.vocabulary import one_of
 
 MODEL_GROUP = "model"  # the config.option group of ModelOptions: listed after each tool's own flags
@@ -107,6 +107,6 @@ def judge_generator(spec: str, memory: VLLMMemory | None = None):
         try:
             return backend[0].chat([[message(p)] for p in prompts], sampling)
         except EndpointError as e:  # say which endpoint: the judge's, not the evaluated model's
-            raise EndpointError(f"judge {without_credentials(spec)}: {e}") from None
+            raise EndpointError(f"judge {redact(spec)}: {e}") from None
 
     return generate

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from gbtrain.inference.registry import judge_generator
-from gbtrain.text import without_credentials
+from gbtrain.text import redact
 from gbtrain.vocabulary import FALSE_WORDS, TRUE_WORDS, one_of
 
 _TRAILING_PUNCT = "。．.，,；;：:！!？?、"
@@ -133,7 +133,7 @@ class LLMJudge:
     def on_backend(cls, spec: str, memory=None) -> LLMJudge:
         """The model of a backend spec (`vllm:MODEL`, `openai:MODEL[@URL]`) as judge; `memory` sizes a vllm engine.
         Its engine starts at its first question, so an evaluator can release its own model first."""
-        return cls(judge_generator(spec, memory), name=without_credentials(spec))
+        return cls(judge_generator(spec, memory), name=redact(spec))
 
     def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
         todo = sorted({p for p in pairs if p not in self.cache and p[0].strip()})

@@ -111,11 +111,21 @@ class Plan:
 
 class ImageFinder:
     """Finds an exported page's image: under the export's own folders and IMAGES by its path, else by its file
-    name anywhere below IMAGES (one match only), else its embedded bytes."""
+    name anywhere below IMAGES (one match only), else its embedded bytes. A file is taken only when it lies inside
+    IMAGES or the export's own folder once every `..` and symbolic link is resolved: an export cannot make the
+    converter read (and copy into the dataset) a file from anywhere else."""
 
     def __init__(self, root: Path):
         self.root = root
         self._index: dict[str, list[Path]] | None = None
+
+    def _confined(self, path: Path, page: SourcePage) -> Path:
+        real = path.resolve()
+        allowed = [d.resolve() for d in (*page.image_dirs, self.root)]
+        if not any(real.is_relative_to(folder) for folder in allowed):
+            raise _Unmappable(f"image {page.image_ref!r} is {real}, outside the images folder "
+                              f"{', '.join(map(str, dict.fromkeys(allowed)))}: copy the image there or set --images")
+        return path
 
     def _by_name(self, name: str) -> list[Path]:
         if self._index is None:
@@ -130,14 +140,14 @@ class ImageFinder:
         for folder in (*page.image_dirs, self.root):
             for name in names:
                 if (folder / name).is_file():
-                    return folder / name
+                    return self._confined(folder / name, page)
         for name in names[1:] or names:  # file names only (the first name is the path, when it has folders)
             found = self._by_name(name)
             if len(found) > 1:
                 raise _Unmappable(f"image name {name!r} matches {len(found)} files under {self.root}: "
                                   f"{', '.join(str(p) for p in found[:3])}")
             if found:
-                return found[0]
+                return self._confined(found[0], page)
         if page.image_data:
             return page.image_data
         raise _Unmappable(f"image file not found: {page.image_ref!r} (looked for {', '.join(names)} under "

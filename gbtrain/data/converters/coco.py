@@ -34,6 +34,9 @@ def read(path: Path) -> list[SourcePage]:
     for image in doc["images"]:
         if not isinstance(image, dict) or "id" not in image:
             raise ValueError(f"{path}: an image entry without an id: {image!s:.80}")
+        if image["id"] in pages:  # its annotations could belong to either page
+            raise ValueError(f"{path}: two images have id {image['id']!r} ({pages[image['id']].image_ref!r} and "
+                             f"{image.get('file_name')!r}): give each image its own id")
         pages[image["id"]] = _page(path, image)
     for i, ann in enumerate(doc["annotations"]):
         page = pages.get(ann.get("image_id")) if isinstance(ann, dict) else None
@@ -78,9 +81,11 @@ def _polygon(segmentation):
 
 
 def _bbox(bbox, rotation: str | None):
-    values = finite_points([bbox[:2], bbox[2:], (rotation or 0, 0)]) if isinstance(bbox, list) and len(bbox) == 4 \
-        else None
-    if values is None:
+    """`rotation` is an attribute (text); the box's values are JSON numbers."""
+    values = finite_points([bbox[:2], bbox[2:]]) if isinstance(bbox, list) and len(bbox) == 4 else None
+    turn = finite_points([(rotation or 0, 0)], from_text=True)
+    if values is None or turn is None:
         return None
-    (x, y), (w, h), (angle, _) = values
+    (x, y), (w, h) = values
+    ((angle, _),) = turn
     return rotated_rectangle(x, y, w, h, angle, about_center=True) if angle else rectangle(x, y, x + w, y + h)

@@ -36,7 +36,7 @@ def _attributes(element: ET.Element) -> dict[str, str]:
 
 def _page(path: Path, image: ET.Element) -> SourcePage:
     name = image.get("name", "")
-    size = finite_points([(image.get("width"), image.get("height"))])
+    size = finite_points([(image.get("width"), image.get("height"))], from_text=True)
     page = SourcePage(str(path), f"image {name!r}", name, (int(size[0][0]), int(size[0][1])) if size else None)
     tags = image.findall("tag")
     for tag in tags:
@@ -54,7 +54,7 @@ def _points(shape: ET.Element):
     """(points, None) for a box or polygon, (None, why) otherwise."""
     if shape.tag == "box":
         corners = finite_points([(shape.get("xtl"), shape.get("ytl")), (shape.get("xbr"), shape.get("ybr")),
-                                 (shape.get("rotation") or 0, 0)])
+                                 (shape.get("rotation") or 0, 0)], from_text=True)
         if corners is None:
             return None, "unreadable box coordinates"
         (x1, y1), (x2, y2), (angle, _) = corners
@@ -62,6 +62,6 @@ def _points(shape: ET.Element):
             return rotated_rectangle(x1, y1, x2 - x1, y2 - y1, angle, about_center=True), None
         return rectangle(x1, y1, x2, y2), None
     if shape.tag == "polygon":
-        pts = finite_points(p.split(",") for p in (shape.get("points") or "").split(";") if p)
+        pts = finite_points((p.split(",") for p in (shape.get("points") or "").split(";") if p), from_text=True)
         return (pts, None) if pts and len(pts) >= 3 else (None, "unreadable polygon points")
     return None, f"shape {shape.tag!r} cannot be a box: draw a box or polygon"

@@ -76,8 +76,17 @@ def _controls(results: list[dict]) -> dict[str, str]:
 
 
 def _region(page: SourcePage, where: str, results: list[dict]) -> None:
-    geometry = next((r for r in results if r.get("type") in _GEOMETRY), None)
+    shapes = [r for r in results if r.get("type") in _GEOMETRY]
+    geometry = shapes[0] if shapes else None
     attributes = _controls(results)
+    if len(shapes) > 1 or any(len([r for r in results if r.get("from_name") == name]) > 1
+                              for name in {str(r.get("from_name")) for r in results if r.get("type") in _CONTROLS}):
+        # results of one region share its id; two shapes (or two values of one control) under one id are two
+        # regions that an edit or a merge of exports gave the same id: neither can be told from the other
+        page.items.append(SourceItem(where, _label(results), None, attributes,
+                                     f"{len(shapes)} shapes or repeated controls share this region id: give each "
+                                     f"region its own id"))
+        return
     if geometry is None:
         unsupported = next((r["type"] for r in results if r.get("type") in _UNSUPPORTED), None)
         if unsupported is None:  # a whole-task control: a page attribute
@@ -114,6 +123,9 @@ def _points(value: dict, width: float, height: float) -> Points | None:
     box = finite_points([(value.get("x"), value.get("y")), (value.get("width"), value.get("height"))])
     if box is None:
         return None
+    turn = finite_points([(value.get("rotation") or 0, 0)])
+    if turn is None:
+        return None
     (x, y), (w, h) = box
-    return rotated_rectangle(x * width / 100, y * height / 100, w * width / 100, h * height / 100,
-                             float(value.get("rotation") or 0), about_center=False)
+    return rotated_rectangle(x * width / 100, y * height / 100, w * width / 100, h * height / 100, turn[0][0],
+                             about_center=False)

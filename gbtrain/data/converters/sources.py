@@ -68,11 +68,17 @@ def scalar_attributes(d: dict, skip: set[str]) -> dict[str, str]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def finite_points(values) -> Points | None:
-    """[(x, y), ...] from pairs of numbers, or None when any value is not a finite number."""
+def finite_points(values, from_text: bool = False) -> Points | None:
+    """[(x, y), ...] from pairs of numbers, or None when any value is not a finite number. In JSON a coordinate is a
+    number (`true` or `"6.25"` is not one); `from_text`: XML attributes, where numbers are written as text."""
+    def number(v) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float | str) or (isinstance(v, str) and not from_text):
+            raise TypeError(v)
+        return float(v)
+
     try:
-        pts = [(float(x), float(y)) for x, y in values]
-    except (TypeError, ValueError):
+        pts = [(number(x), number(y)) for x, y in values]
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer of hundreds of digits
         return None
     return pts if pts and all(math.isfinite(v) for p in pts for v in p) else None
 
