@@ -39,3 +39,23 @@ def safe_name(text: str) -> str:
     if stem == text and stem:
         return stem
     return f"{stem or 'id'}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+([.,]\d*)?|[.,]\d+)")
+
+
+def csv_cell(value):
+    """A CSV cell a spreadsheet shows as text: one that would start a formula (`=`, `+`, `-`, `@`, a tab or a carriage
+    return; a model may write `=HYPERLINK(...)`) gets a leading `'`; a plain number such as -5 stays as it is."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def markdown_text(value) -> str:
+    """Any text quoted in a Markdown report (a model's name, a judge spec): shown as written, never as HTML or as
+    table structure."""
+    text = " ".join(str(value).split())
+    for char, escaped in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`")):
+        text = text.replace(char, escaped)
+    return text

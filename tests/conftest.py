@@ -1,10 +1,18 @@
-"""Shared fixtures: a tiny Qwen2.5-VL and a few synthetic pages, each built once per test session."""
+"""Shared fixtures (a tiny Qwen2.5-VL and a few synthetic pages, each built once per test session) and the order the
+tests run in."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
+
+
+def pytest_collection_modifyitems(items):
+    """The slow end-to-end tests first: with a worker per core (scripts/test.sh), the longest work starts at once and
+    the short tests fill the gaps, instead of the last long files ending the run on one worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
 # (tests/test_sft_dataset.py repeats these two numbers.)

@@ -53,6 +53,11 @@ OVERLAP = r"(--out|output_dir) \S+ (is|lies inside|holds) \S+ \S+: choose anothe
 # work in an output folder that no record of the tool vouches for (never reused, never deleted)
 NOT_VOUCHED = r"holds \S+.* that no readable \S+ of {tool} vouches for: choose another --out \(--overwrite discards"
 CLASSES = ("clear", "unclear", "silent", "traceback", "hang", "escaped")
+pytestmark = pytest.mark.xdist_group("bad_input")  # one worker runs the corpus, so test_counts sees every case
+# The time limit of the hostile-reply cases: a guard against a scorer that hangs, not a speed target (that is
+# scripts/bench_score.py's: about 1.3 s for all of them). The quadratic scanner of 2026-11-30 took 11.7 s on
+# 2,000-deep nesting alone; the linear one takes about a second, and up to 2-3 s with the other core busy.
+HOSTILE_S = 10.0
 OUTCOMES: dict[str, str] = {}  # case id -> class, filled as the cases run
 
 
@@ -429,37 +434,37 @@ def score_cases() -> list[Case]:
         Case("empty-file", SCORE, score_args(), code=0, check=report_has("out/report.json", coverage__missing=127,
                                                                           accuracy=0.0), setup=write("p.jsonl", "")),
         # hostile model output inside a line: the run goes on, the line is counted as unparsable with its reason
-        Case("hostile-10mb-brackets", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=2,
+        Case("hostile-10mb-brackets", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "[" * 10_000_000))),
-        Case("hostile-10mb-text", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=2,
+        Case("hostile-10mb-text", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "x" * 10_000_000))),
-        Case("hostile-10mb-quotes", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=2,
+        Case("hostile-10mb-quotes", SCORE, score_args(), code=0, check=unparsable(1, "too_large"), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, '"' * 10_000_000))),
-        Case("hostile-800k-mixed", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+        Case("hostile-800k-mixed", SCORE, score_args(), code=0, check=unparsable(1), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "[{\"a\": '" * 100_000))),
-        Case("hostile-1mb-brackets", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+        Case("hostile-1mb-brackets", SCORE, score_args(), code=0, check=unparsable(1), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "[" * 999_000))),
-        Case("hostile-1mb-nested-items", SCORE, score_args(), code=0, limit_s=2,
+        Case("hostile-1mb-nested-items", SCORE, score_args(), code=0, limit_s=HOSTILE_S,
              check=report_has("out/report.json", coverage__unparsable=0),
              setup=predictions(good(0), reply(1, "[" + ", ".join(['{"bbox_2d": [1, 2, 3, 4], "text": "[{x"}'] * 20_000)
                                               + "]"))),
-        Case("hostile-deep-lists", SCORE, score_args(), code=0, check=unparsable(1, "too_deep"), limit_s=2,
+        Case("hostile-deep-lists", SCORE, score_args(), code=0, check=unparsable(1, "too_deep"), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "[" * 50_000 + "]" * 50_000))),
-        Case("hostile-deep-objects", SCORE, score_args(), code=0, check=unparsable(1, "too_deep"), limit_s=2,
+        Case("hostile-deep-objects", SCORE, score_args(), code=0, check=unparsable(1, "too_deep"), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, '{"a": ' * 20_000 + "1" + "}" * 20_000))),
-        Case("hostile-think-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+        Case("hostile-think-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "<think>" * 100_000))),
-        Case("hostile-fence-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=2,
+        Case("hostile-fence-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "```json\n" * 100_000))),
-        Case("hostile-1e999999999-answer", SCORE, score_args(mode="answer-free"), code=0, limit_s=2,
+        Case("hostile-1e999999999-answer", SCORE, score_args(mode="answer-free"), code=0, limit_s=HOSTILE_S,
              check=report_has("out/report.json", coverage__unparsable=0, judge_replies__asked=lambda n: n >= 1),
              setup=predictions(items_with(0, answer='"1e999999999"'), items_with(1, answer="1e999999999"))),
         # a box no pixel can be: the item counts as having no valid box (name, bbox_2d, time limit)
         *[Case(f"hostile-{name}-box", SCORE, score_args(), code=0, limit_s=limit_s,
                check=report_has("out/report.json", coverage__no_valid_box=lambda n: n >= 1),
                setup=predictions(items_with(0, bbox_2d=box)))
-          for name, box, limit_s in (("401-digit", "[" + "9" * 401 + ", 0, 5, 5]", 2),
-                                     ("1e999", "[1e999, 0, 5, 5]", 2),
+          for name, box, limit_s in (("401-digit", "[" + "9" * 401 + ", 0, 5, 5]", HOSTILE_S),
+                                     ("1e999", "[1e999, 0, 5, 5]", HOSTILE_S),
                                      ("nan", "[NaN, NaN, 5, 5]", 60.0),
                                      ("infinity", "[-Infinity, 0, Infinity, 5]", 60.0),
                                      ("string", '["a", "b", "c", "d"]', 60.0))],
@@ -787,6 +792,13 @@ def build_cases() -> list[Case]:
         Case("data-not-given", BUILD, ["--out", "{box}/out"], r"missing required config value\(s\): data", outputs=()),
         Case("data-no-records", BUILD, build_args(data="{box}/data"), r"no conversations were built from .*data",
              setup=chain(data({"L1": 1}), write("data/annotations/L1.json", "[]"))),
+        Case("annotations-nested-100000-deep", BUILD, build_args(data="{box}/data"),
+             r"L1\.json: malformed JSON: maximum recursion depth",
+             setup=chain(data({"L1": 1}), write("data/annotations/L1.json", "[" * 100_000))),
+        Case("annotations-5001-digit-number", BUILD, build_args(data="{box}/data"),
+             r"L1\.json: malformed JSON: Exceeds the limit \(4300 digits\)",
+             setup=chain(data({"L1": 1}),
+                         write("data/annotations/L1.json", '[{"id": "r", "width": ' + "9" * 5001 + "}]"))),
         Case("config-missing", BUILD, ["--config", "{box}/none.yaml", *build_args()],
              r"/none\.yaml: No such file or directory", outputs=()),
         Case("config-malformed", BUILD, ["--config", "{box}/c.yaml", *build_args()], r"bad config \S+/c\.yaml: ",

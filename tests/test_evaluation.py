@@ -31,6 +31,25 @@ def run_eval(model, data, out, *extra, env=None, timeout=900):
     return json.loads((Path(out) / "report.json").read_text())
 
 
+def ground_truth_predictions(out: Path, model: Path, data: Path) -> None:
+    """OUT as an earlier run_eval of `model` (run_eval's flags below) left it: its run.json, and two L1-af predictions
+    that are the ground truth, so that their answers reach the judge (a random model's rarely do)."""
+    from gbtrain.coords import PixelBudget
+    from gbtrain.data.annotations import load_level
+    from gbtrain.data.conversations import answer_items
+    from gbtrain.evaluation.run import EvalRun, claim_output_folder, plan_run, run_identity
+
+    run = EvalRun(model=str(model), data=str(data), out=str(out), max_tokens=48, min_pixels=TEST_MIN_PIXELS,
+                  max_pixels=TEST_MAX_PIXELS)
+    plan = plan_run(run)
+    claim_output_folder(out, run_identity(run, plan.coords, plan.budget, plan.l2_margin), overwrite=False)
+    (out / "predictions").mkdir()
+    budget = PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS)
+    with open(out / "predictions" / "L1-af.jsonl", "w", encoding="utf-8") as f:
+        for r in load_level(data, "L1").records[:2]:
+            f.write(json.dumps({"id": r.record_id, "response": json.dumps(answer_items(r, "qwen25", budget))}) + "\n")
+
+
 def test_parse_settings():
     assert [s.name for s in parse_settings("all")] == list(ALL_SETTINGS)
     assert [s.name for s in parse_settings("L1-af,L3-ab", three_turn=True)] == ["L1-af", "L3-ab", "L1-af-3t",
@@ -54,16 +73,8 @@ def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_d
     """The README's GPU command on CPU, with the same flags: two data-parallel engines (one process each), then a
     vLLM judge (Qwen3 template) in this process once they are closed. Two L1-af predictions are on disk before
     the run (the ground truth, so their answers reach the judge; a random model's rarely do)."""
-    from gbtrain.coords import PixelBudget
-    from gbtrain.data.annotations import load_level
-    from gbtrain.data.conversations import answer_items
-
     out = tmp_path / "ev"
-    (out / "predictions").mkdir(parents=True)
-    budget = PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS)
-    with open(out / "predictions" / "L1-af.jsonl", "w", encoding="utf-8") as f:
-        for r in load_level(synth_dir, "L1").records[:2]:
-            f.write(json.dumps({"id": r.record_id, "response": json.dumps(answer_items(r, "qwen25", budget))}) + "\n")
+    ground_truth_predictions(out, tiny_model_dir, synth_dir)
     args = ("--three-turn", "--diagnostics", "--batch-size", "1", "--tensor-parallel-size", "1",
             "--data-parallel-size", "2", "--judge", f"vllm:{tiny_qwen3_dir}", *TEST_PIXELS)
     report = run_eval(tiny_model_dir, synth_dir, out, *args)
@@ -99,16 +110,8 @@ def test_the_vllm_judge_starts_after_the_evaluated_engine_is_closed(synth_dir, t
     """Predictions already on disk (the ground truth, so every answer reaches the answer gate): the run starts
     the evaluated engine in this process (no data-parallel ranks), has nothing left to generate, closes it, then
     asks the Qwen3 judge in the same process."""
-    from gbtrain.coords import PixelBudget
-    from gbtrain.data.annotations import load_level
-    from gbtrain.data.conversations import answer_items
-
     out = tmp_path / "ev"
-    (out / "predictions").mkdir(parents=True)
-    budget = PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS)
-    with open(out / "predictions" / "L1-af.jsonl", "w", encoding="utf-8") as f:
-        for r in load_level(synth_dir, "L1").records[:2]:
-            f.write(json.dumps({"id": r.record_id, "response": json.dumps(answer_items(r, "qwen25", budget))}) + "\n")
+    ground_truth_predictions(out, tiny_model_dir, synth_dir)
     report = run_eval(tiny_model_dir, synth_dir, out, "--settings", "L1-af", "--judge", f"vllm:{tiny_qwen3_dir}",
                       *TEST_PIXELS)
     replies = report["settings"]["L1-af"]["judge_replies"]

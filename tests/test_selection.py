@@ -69,7 +69,9 @@ def test_every_checkpoint_is_found_by_step_with_its_kind_and_problem(tmp_path):
     assert problems["checkpoint-4"] == "no weights (model.safetensors)"
     assert "DeepSpeed ZeRO shards (global_step6/)" in problems["checkpoint-6"]
     assert "not a saved model" in problems["checkpoint-8"]
-    assert found[-1].path == run and notes == []
+    assert found[-1].path == run and notes == ["checkpoint-x is not evaluated: not a name the trainer writes "
+                                               "(checkpoint-N, N in digits without leading zeros)"]
+    (run / "checkpoint-x").rename(tmp_path / "elsewhere")
 
     (run / "train_summary.json").write_text(json.dumps({"global_step": 10}))  # the trainer saved the last step too
     found, notes = find_checkpoints(run)
@@ -78,6 +80,27 @@ def test_every_checkpoint_is_found_by_step_with_its_kind_and_problem(tmp_path):
     (run / "train_summary.json").unlink()
     found, notes = find_checkpoints(run)
     assert found[-1].name == "checkpoint-10" and "train_summary.json" in notes[0]
+
+
+def test_only_checkpoints_this_run_saved_are_taken_and_the_others_are_named(tmp_path):
+    run = tmp_path / "run"
+    record = '{"coords": "qwen25"}\n'
+    for name in ("checkpoint-1", "checkpoint-0001", "checkpoint-\u0663", "checkpoint-2", "checkpoint-3"):
+        (_model_folder(run / name) / "gbtrain_checkpoint.json").write_text(record)
+    (run / "gbtrain_checkpoint.json").write_text(record)
+    (run / "checkpoint-3" / "gbtrain_checkpoint.json").write_text('{"coords": "rel1000"}\n')  # another run's
+    (run / "checkpoint-4").symlink_to(_model_folder(tmp_path / "base-model"), target_is_directory=True)
+    found, notes = find_checkpoints(run)
+    assert [c.name for c in found] == ["checkpoint-1", "checkpoint-2"]
+    assert sorted(notes) == sorted([
+        "checkpoint-0001 is not evaluated: not a name the trainer writes (checkpoint-N, N in digits without leading "
+        "zeros)",
+        "checkpoint-\u0663 is not evaluated: not a name the trainer writes (checkpoint-N, N in digits without leading "
+        "zeros)",
+        "checkpoint-3 is not evaluated: its gbtrain_checkpoint.json differs from the run's: a checkpoint of another "
+        "run",
+        f"checkpoint-4 is not evaluated: a symbolic link (to {(tmp_path / 'base-model').resolve()}), not a checkpoint "
+        f"saved in this run"])
 
 
 def test_a_folder_without_checkpoints_is_one_clear_line(tmp_path):
@@ -199,9 +222,9 @@ def test_work_no_selection_record_vouches_for_is_never_reused_or_deleted(tmp_pat
     for name in ("data/L1.json", "merged/notes.txt", "checkpoint-1/model.safetensors"):
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text("the user's")
-    with pytest.raises(ValueError, match=r"holds checkpoint-1, merged, data that no readable selection_run\.json "
-                                         r"vouches for: choose another --out \(--overwrite discards only work that "
-                                         r"select_checkpoint recorded\)"):
+    with pytest.raises(ValueError, match=r"holds checkpoint-1, merged, data that no readable selection_run\.json of "
+                                         r"select_checkpoint vouches for: choose another --out \(--overwrite discards "
+                                         r"only work that select_checkpoint recorded\)"):
         claim_selection_folder(out, {"run": "/r"}, overwrite=overwrite)
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
         "checkpoint-1/model.safetensors", "data/L1.json", "merged/notes.txt"]

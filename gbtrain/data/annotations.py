@@ -280,8 +280,8 @@ def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check
         raise AnnotationError([Problem(fname, None, "annotation file not found")])
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise AnnotationError([Problem(fname, None, f"malformed JSON: {e}")]) from e
+    except (ValueError, RecursionError) as e:  # also bytes not UTF-8, nesting or digits past Python's limits
+        raise AnnotationError([Problem(fname, None, f"malformed JSON: {str(e)[:200]}")]) from None
     raw_records = doc.get("samples") if isinstance(doc, dict) else doc
     if not isinstance(raw_records, list):
         raise AnnotationError([Problem(fname, None, "expected a list of records or {'samples': [...]}")])

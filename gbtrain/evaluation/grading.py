@@ -26,7 +26,6 @@ import csv
 import hashlib
 import json
 import math
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -56,7 +55,7 @@ from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response
 from gbtrain.metric.scoring import ScoreOptions, item_boxes
 from gbtrain.schema import RIGHT, WRONG
-from gbtrain.text import redact, safe_name
+from gbtrain.text import csv_cell, redact, safe_name
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3, setting_name
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -380,13 +379,14 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
         for r in records:
             for it in r["items"]:
                 box = it["box"] or ["", "", "", ""]
-                w.writerow([r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
-                            "" if it["correctness"] is None else str(it["correctness"]).lower(), *box, r["status"]])
+                w.writerow(map(csv_cell, [r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
+                                          "" if it["correctness"] is None else str(it["correctness"]).lower(), *box,
+                                          r["status"]]))
     per_page = [{"page": r["page"], "status": r["status"], **r["totals"]} for r in records]
     with open(out / "totals.csv", "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, TOTAL_COLUMNS)
         w.writeheader()
-        w.writerows(per_page)
+        w.writerows({k: csv_cell(v) for k, v in row.items()} for row in per_page)
     summary = {"run": identity, "pages": len(records),
                **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable")},
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
@@ -426,10 +426,7 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
     out = Path(run.out)
     with FolderLock(out):
         identity = grading_identity(run, plan, key)
-        claim_output_folder(out, identity, run.overwrite, work=(RESULTS, OVERLAYS))  # before any model starts
-        if run.overwrite:  # the claim vouched that these hold only this tool's work
-            for name in (RESULTS, OVERLAYS):
-                shutil.rmtree(out / name, ignore_errors=True)
+        claim_output_folder(out, identity, run.overwrite, work=(RESULTS, OVERLAYS), discard=True)  # before any model
         todo = [p for p in pages if not is_graded(out, p)]
         failed = _grade(run, plan, key, todo, out, progress) if todo else []
         summary = write_tables(out, pages, unreadable + failed, identity)

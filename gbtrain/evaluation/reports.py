@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 
 from gbtrain.config import option
 from gbtrain.schema import Record
-from gbtrain.text import redact
+from gbtrain.text import markdown_text, redact
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
 
 GATES = ("localized", "recognized", "reasoned", "accuracy")
@@ -70,10 +70,10 @@ def _fmt(v, pct=True) -> str:
 
 def markdown(report: dict) -> str:
     t = report["table2"]
-    lines = [f"# Evaluation: {report['meta'].get('model')}", "",
-             f"Backend `{report['meta'].get('backend')}`, coords `{report['meta'].get('coords')}`, judge "
-             f"`{report['meta'].get('judge')}`, pixels {report['meta'].get('min_pixels')}-"
-             f"{report['meta'].get('max_pixels')}.", "",
+    meta = {k: markdown_text(v) for k, v in report["meta"].items()}
+    lines = [f"# Evaluation: {meta.get('model')}", "",
+             f"Backend {meta.get('backend')}, coords {meta.get('coords')}, judge {meta.get('judge')}, pixels "
+             f"{meta.get('min_pixels')}-{meta.get('max_pixels')}.", "",
              "## Table 2 layout (accuracy %, mAP@[.2:.5])", ""]
     levels = [lvl for lvl in LEVELS if lvl in t]
     lines.append("| " + " | ".join(f"{lvl} mAP | {lvl} Acc-F | {lvl} Acc-B" for lvl in levels) + " | Overall |")
@@ -208,7 +208,8 @@ def compare(base: dict, sft: dict) -> tuple[str, list[dict]]:
         rows.append({"setting": name, **{m: {"base": b[m], "sft": s[m], "gain": round(s[m] - b[m], 6)}
                                          for m in METRICS}})
     bo, so = base["table2"].get("Overall"), sft["table2"].get("Overall")
-    lines = [f"# Gains of {sft['meta'].get('model')} over {base['meta'].get('model')}", "",
+    lines = [f"# Gains of {markdown_text(sft['meta'].get('model'))} over {markdown_text(base['meta'].get('model'))}",
+             "",
              "| setting | accuracy base → SFT (Δ) | localized | recognized | reasoned | mAP base → SFT (Δ) |",
              "|---|---|---|---|---|---|"]
     for r in rows:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,27 +112,30 @@ def _recorded_identity(path: Path) -> dict | None:
     return recorded if isinstance(recorded, dict) else None
 
 
-def claim_output_folder(out: Path, identity: dict, overwrite: bool, work: tuple[str, ...] = ("predictions",)) -> None:
-    """Record what makes this folder's work (`identity`, whose "tool" names the tool); a rerun with anything else is
-    refused rather than mixed with it (or, with --overwrite, the old work goes first). `work`: the subfolders that
-    hold it (predictions, or grading's pages and overlays). Work that no readable record of the same tool vouches
-    for was not written by it: it is never reused, and never deleted, --overwrite or not. A record without work (a
-    run that stopped before its first batch) is replaced."""
-    path = out / RUN_RECORD
-    held = [out / name for name in work if (out / name).exists() and not _empty_folder(out / name)]
+def claim_output_folder(out: Path, identity: dict, overwrite: bool, work: Iterable[str] = ("predictions",),
+                        record: str = RUN_RECORD, discard: bool = False) -> None:
+    """Record what makes this folder's work (`identity`, whose "tool" names the tool) in `record`; a rerun with
+    anything else is refused rather than mixed with it, or with --overwrite the old work goes first (`discard`: even
+    work made the same way, for a tool whose --overwrite redoes everything). `work`: the entries of `out` that hold
+    it. Work that no readable record of the same tool vouches for was not written by it: it is never reused, and
+    never deleted, --overwrite or not. A record without work (a run that stopped before its first batch) is
+    replaced."""
+    path = out / record
+    present = [out / name for name in work if (out / name).exists()]
+    held = [p for p in present if not _empty_folder(p)]  # an empty folder holds no work to vouch for
     if held:
         recorded = _recorded_identity(path) if path.is_file() else None
         tool = identity["tool"]
-        names = ", ".join(p.name for p in held)
         if recorded is None or recorded.get("tool") != tool:
-            raise ValueError(f"{out} holds {names} that no readable {RUN_RECORD} of {tool} vouches for: choose another "
-                             f"--out (--overwrite discards only work that {tool} recorded)")
+            raise ValueError(f"{out} holds {', '.join(p.name for p in held[:3])} that no readable {record} of {tool} "
+                             f"vouches for: choose another --out (--overwrite discards only work that {tool} "
+                             f"recorded)")
         differs = identity_differences(recorded, identity)
         if differs and not overwrite:
             raise ValueError(f"{out} holds work made otherwise ({'; '.join(differs)}): choose another --out, or pass "
                              f"--overwrite to discard it")
-        if differs:
-            for folder in held:
+        if overwrite and (differs or discard):
+            for folder in present:
                 shutil.rmtree(folder)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(identity, indent=1) + "\n")

@@ -32,8 +32,14 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from gbtrain.cli import describe
-from gbtrain.config import identity_differences, option, overlapping, require_model
-from gbtrain.coords import CONVENTIONS, CheckpointRecord, read_checkpoint_record, write_checkpoint_record
+from gbtrain.config import option, overlapping, require_model
+from gbtrain.coords import (
+    CHECKPOINT_RECORD,
+    CONVENTIONS,
+    CheckpointRecord,
+    read_checkpoint_record,
+    write_checkpoint_record,
+)
 from gbtrain.data.annotations import annotations_sha256, image_root, load_level, write_level
 from gbtrain.data.sft_dataset import (
     dataset_coords,
@@ -43,7 +49,7 @@ from gbtrain.data.sft_dataset import (
     split_of,
 )
 from gbtrain.evaluation.engine import parse_settings
-from gbtrain.evaluation.run import EvalRun, FolderLock, check_run, evaluate_checkpoint
+from gbtrain.evaluation.run import EvalRun, FolderLock, check_run, claim_output_folder, evaluate_checkpoint
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_usage
 from gbtrain.schema import Record
@@ -116,6 +122,26 @@ def _inspect(folder: Path) -> tuple[str, str | None]:
     return kind, f"no weights ({WEIGHTS[kind][0]})"
 
 
+def _record_text(folder: Path) -> str | None:
+    try:
+        return (folder / CHECKPOINT_RECORD).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _not_this_runs(path: Path, root_record: str | None) -> str | None:
+    """Why a checkpoint-* entry is not one the trainer saved in this run (None when it may be): its name is not
+    the trainer's (`checkpoint-` and the step in ASCII digits without leading zeros, so no two name one step), it is
+    a link to elsewhere, or its gbtrain record differs from the run's (a checkpoint copied in from another run)."""
+    if not re.fullmatch(r"checkpoint-(0|[1-9][0-9]*)", path.name, re.ASCII):
+        return "not a name the trainer writes (checkpoint-N, N in digits without leading zeros)"
+    if path.is_symlink():
+        return f"a symbolic link (to {path.resolve()}), not a checkpoint saved in this run"
+    if path.is_dir() and root_record is not None and _record_text(path) not in (None, root_record):
+        return f"its {CHECKPOINT_RECORD} differs from the run's: a checkpoint of another run"
+    return None
+
+
 def _final_step(run_dir: Path) -> int | None:
     try:
         return int(json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))["global_step"])
@@ -130,12 +156,16 @@ def find_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training folder not found: {run_dir}")
-    found = []
-    for path in run_dir.iterdir():
-        m = re.fullmatch(r"checkpoint-(\d+)", path.name)
-        if m and path.is_dir():
-            found.append(Checkpoint(path.name, int(m[1]), path, *_inspect(path)))
-    notes = []
+    found, notes = [], []
+    root_record = _record_text(run_dir)
+    for path in sorted(run_dir.iterdir()):
+        if not path.name.startswith("checkpoint-"):
+            continue
+        why_not = _not_this_runs(path, root_record)
+        if why_not:
+            notes.append(f"{path.name} is not evaluated: {why_not}")
+        elif path.is_dir():
+            found.append(Checkpoint(path.name, int(path.name.removeprefix("checkpoint-")), path, *_inspect(path)))
     kind, problem = _inspect(run_dir)
     if problem is None:
         step = _final_step(run_dir)
@@ -243,27 +273,9 @@ def _evaluation_folders(out: Path) -> list[Path]:
 def claim_selection_folder(out: Path, identity: dict, overwrite: bool) -> None:
     """Record what makes this folder's evaluations; a rerun with anything else is refused rather than mixed into
     one table (--overwrite discards the earlier evaluations, merged copies and split instead)."""
-    record = out / SELECTION_RECORD
-    work = [*_evaluation_folders(out), *(p for p in (out / "merged", out / "data") if p.exists())] \
-        if out.is_dir() else []
-    if work:
-        try:
-            recorded = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
-        except ValueError:
-            recorded = None
-        if not isinstance(recorded, dict):  # not this tool's work: never reused, never deleted
-            raise ValueError(f"{out} holds {', '.join(p.name for p in work[:3])} that no readable {SELECTION_RECORD} "
-                             f"vouches for: choose another --out (--overwrite discards only work that "
-                             f"select_checkpoint recorded)")
-        differs = identity_differences(recorded, identity)
-        if differs and not overwrite:
-            raise ValueError(f"{out} holds a checkpoint selection made otherwise ({'; '.join(differs)}): choose "
-                             f"another --out, or pass --overwrite to discard it")
-    if overwrite:
-        for path in work:
-            shutil.rmtree(path, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
+    work = [p.name for p in _evaluation_folders(out)] + ["merged", "data"] if out.is_dir() else []
+    claim_output_folder(out, identity | {"tool": "select_checkpoint"}, overwrite, work, record=SELECTION_RECORD,
+                        discard=True)
 
 
 def merge_checkpoint(base: str, adapter: Path, dest: Path, allow_other_base: bool) -> Path:

@@ -49,8 +49,8 @@ def read_json(path: Path):
     """A JSON export; unreadable or malformed is one ValueError naming the file."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a JSON file ({e})") from None
+    except (ValueError, RecursionError) as e:  # also bytes not UTF-8, nesting or digits past Python's limits
+        raise ValueError(f"{path}: not a JSON file ({str(e)[:200]})") from None
 
 
 def text(value) -> str | None:
