@@ -53,7 +53,6 @@ OVERLAP = r"(--out|output_dir) \S+ (is|lies inside|holds) \S+ \S+: choose anothe
 # work in an output folder that no record of the tool vouches for (never reused, never deleted)
 NOT_VOUCHED = r"holds \S+.* that no readable \S+ of {tool} vouches for: choose another --out \(--overwrite discards"
 CLASSES = ("clear", "unclear", "silent", "traceback", "hang", "escaped")
-pytestmark = pytest.mark.xdist_group("bad_input")  # one worker runs the corpus, so test_counts sees every case
 # The time limit of the hostile-reply cases: a guard against a scorer that hangs, not a speed target (that is
 # scripts/bench_score.py's: about 1.3 s for all of them). The quadratic scanner of 2026-11-30 took 11.7 s on
 # 2,000-deep nesting alone; the linear one takes about a second, and up to 2-3 s with the other core busy.

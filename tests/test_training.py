@@ -59,12 +59,7 @@ def test_one_process(sft_dir, tiny_model_dir, tmp_path, budget):
     assert [(out / c / "gbtrain_checkpoint.json").read_text() for c in ("checkpoint-2", "checkpoint-4")] == [record] * 2
 
 
-# The two-process runs listen on the fixed ports of their accelerate configs: never two at once (pytest-xdist).
-ACCELERATE_PORTS = pytest.mark.xdist_group("accelerate_ports")
-
-
 @pytest.mark.slow
-@ACCELERATE_PORTS
 def test_two_process_ddp(sft_dir, tiny_model_dir, tmp_path):
     proc = launch(sft_dir, tiny_model_dir, tmp_path / "ddp", "max_steps=3", "eval_steps=3", "save_steps=3",
                   accelerate_args=("--config_file", str(ROOT / "configs/accelerate/cpu_ddp2.yaml")))
@@ -79,7 +74,6 @@ FAMILY_RUNS = pytest.mark.parametrize(("model_fixture", "sft_fixture"), [
 
 
 @pytest.mark.slow
-@ACCELERATE_PORTS
 @FAMILY_RUNS
 def test_two_process_deepspeed_zero3(request, model_fixture, sft_fixture, tmp_path):
     sft_dir, tiny_model_dir = request.getfixturevalue(sft_fixture), request.getfixturevalue(model_fixture)
