@@ -17,8 +17,8 @@ echo "[setup_env] building $VENV (about 2-3 minutes)" >&2
 rm -rf "$VENV"
 python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
 PIP="$VENV/bin/pip --disable-pip-version-check -q"
-# --no-compile: pip would byte-compile all 26,000 modules (about 2 minutes on 2 cores); Python compiles the few
-# thousand that are imported, once, when they are first imported
+# --no-compile: pip would byte-compile all 26,000 modules of the stack (transformers' 2,719 took 12.6 s here);
+# Python compiles the ones that are imported, once, when they are first imported
 INSTALL="$PIP install --no-compile"
 LOG="$VENV/install.log"
 constraint=$(mktemp)
