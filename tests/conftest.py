@@ -1,21 +1,10 @@
-"""Shared fixtures (a tiny Qwen2.5-VL and a few synthetic pages, each built once per test session) and the order the
-tests run in."""
+"""Shared fixtures: a tiny Qwen2.5-VL and a few synthetic pages, each built once per test session."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 import pytest
-
-
-def pytest_collection_modifyitems(items):
-    """The files with the most slow end-to-end tests first, each file's tests in their order: with a worker per core
-    (scripts/test.sh, a file to a worker), the longest files start at once and the short ones fill the gaps,
-    instead of the last long files ending the run on one worker."""
-    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path])
-
 
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
 # (tests/test_sft_dataset.py repeats these two numbers.)

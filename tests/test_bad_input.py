@@ -54,8 +54,8 @@ OVERLAP = r"(--out|output_dir) \S+ (is|lies inside|holds) \S+ \S+: choose anothe
 NOT_VOUCHED = r"holds \S+.* that no readable \S+ of {tool} vouches for: choose another --out \(--overwrite discards"
 CLASSES = ("clear", "unclear", "silent", "traceback", "hang", "escaped")
 # The time limit of the hostile-reply cases: a guard against a scorer that hangs, not a speed target (that is
-# scripts/bench_score.py's: about 1.3 s for all of them). The quadratic scanner of 2026-11-30 took 11.7 s on
-# 2,000-deep nesting alone; the linear one takes about a second, and up to 2-3 s with the other core busy.
+# scripts/bench_score.py's: 1.26 s for all of them, measured 2026-11-30). The quadratic scanner of 2026-11-30 took
+# 11.7 s on 2,000-deep nesting alone; with two test workers on the two cores, 2 s was exceeded (2026-12-01).
 HOSTILE_S = 10.0
 OUTCOMES: dict[str, str] = {}  # case id -> class, filled as the cases run
 

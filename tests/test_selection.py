@@ -24,6 +24,7 @@ from gbtrain.evaluation.selection import (
     markdown,
     split_records,
     table_row,
+    training_record,
     write_csv,
 )
 
@@ -83,12 +84,14 @@ def test_every_checkpoint_is_found_by_step_with_its_kind_and_problem(tmp_path):
 
 
 def test_only_checkpoints_this_run_saved_are_taken_and_the_others_are_named(tmp_path):
+    from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+
     run = tmp_path / "run"
-    record = '{"coords": "qwen25"}\n'
+    record = CheckpointRecord("qwen25", PixelBudget(3136, 200704))  # as the trainer writes it into every save
     for name in ("checkpoint-1", "checkpoint-0001", "checkpoint-\u0663", "checkpoint-2", "checkpoint-3"):
-        (_model_folder(run / name) / "gbtrain_checkpoint.json").write_text(record)
-    (run / "gbtrain_checkpoint.json").write_text(record)
-    (run / "checkpoint-3" / "gbtrain_checkpoint.json").write_text('{"coords": "rel1000"}\n')  # another run's
+        write_checkpoint_record(_model_folder(run / name), record)
+    write_checkpoint_record(run, record)
+    write_checkpoint_record(run / "checkpoint-3", CheckpointRecord("rel1000", record.budget))  # another run's
     (run / "checkpoint-4").symlink_to(_model_folder(tmp_path / "base-model"), target_is_directory=True)
     found, notes = find_checkpoints(run)
     assert [c.name for c in found] == ["checkpoint-1", "checkpoint-2"]
@@ -101,6 +104,19 @@ def test_only_checkpoints_this_run_saved_are_taken_and_the_others_are_named(tmp_
         "run",
         f"checkpoint-4 is not evaluated: a symbolic link (to {(tmp_path / 'base-model').resolve()}), not a checkpoint "
         f"saved in this run"])
+
+
+def test_a_run_still_going_takes_its_record_from_a_checkpoint_it_saved(tmp_path):
+    """No root record yet: the data's coords come from a checkpoint find_checkpoints took, never from a folder it
+    left out (checkpoint-0001 sorts first)."""
+    from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+
+    run = tmp_path / "run"
+    ours = CheckpointRecord("qwen25", PixelBudget(3136, 200704))
+    write_checkpoint_record(_model_folder(run / "checkpoint-0001"), CheckpointRecord("rel1000", ours.budget))
+    write_checkpoint_record(_model_folder(run / "checkpoint-1"), ours)
+    found, _ = find_checkpoints(run)
+    assert training_record(run, {}, found) == ours
 
 
 def test_a_folder_without_checkpoints_is_one_clear_line(tmp_path):

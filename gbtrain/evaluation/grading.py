@@ -68,7 +68,8 @@ PDF_DPI_RANGE = (36, 600)  # a page the model sees at --max-pixels anyway; 600 d
 # than RENDER_PIXELS (600 dpi A4), at a lower dpi than --pdf-dpi when it would be more (its record says which).
 A0_PT = (2384, 3370)
 RENDER_PIXELS = 35_000_000
-BATCH_PIXELS = 300_000_000  # decoded pages held at once (about 1.2 GB): a batch is cut earlier when it is reached
+BATCH_PIXELS = 300_000_000  # decoded pages held at once (1.2 GB at PIL's 4 bytes per RGB pixel): a batch is cut
+# earlier when it is reached
 QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
 
 AnswerKey = list[tuple[str, str | None]]

@@ -122,14 +122,7 @@ def _inspect(folder: Path) -> tuple[str, str | None]:
     return kind, f"no weights ({WEIGHTS[kind][0]})"
 
 
-def _record_text(folder: Path) -> str | None:
-    try:
-        return (folder / CHECKPOINT_RECORD).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _not_this_runs(path: Path, root_record: str | None) -> str | None:
+def _not_this_runs(path: Path, run_record: CheckpointRecord | None) -> str | None:
     """Why a checkpoint-* entry is not one the trainer saved in this run (None when it may be): its name is not
     the trainer's (`checkpoint-` and the step in ASCII digits without leading zeros, so no two name one step), it is
     a link to elsewhere, or its gbtrain record differs from the run's (a checkpoint copied in from another run)."""
@@ -137,8 +130,13 @@ def _not_this_runs(path: Path, root_record: str | None) -> str | None:
         return "not a name the trainer writes (checkpoint-N, N in digits without leading zeros)"
     if path.is_symlink():
         return f"a symbolic link (to {path.resolve()}), not a checkpoint saved in this run"
-    if path.is_dir() and root_record is not None and _record_text(path) not in (None, root_record):
-        return f"its {CHECKPOINT_RECORD} differs from the run's: a checkpoint of another run"
+    if path.is_dir() and run_record is not None:
+        try:
+            recorded = read_checkpoint_record(path)
+        except ValueError as e:
+            return str(e)
+        if recorded not in (None, run_record):
+            return f"its {CHECKPOINT_RECORD} differs from the run's: a checkpoint of another run"
     return None
 
 
@@ -157,11 +155,11 @@ def find_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training folder not found: {run_dir}")
     found, notes = [], []
-    root_record = _record_text(run_dir)
+    run_record = read_checkpoint_record(run_dir)
     for path in sorted(run_dir.iterdir()):
         if not path.name.startswith("checkpoint-"):
             continue
-        why_not = _not_this_runs(path, root_record)
+        why_not = _not_this_runs(path, run_record)
         if why_not:
             notes.append(f"{path.name} is not evaluated: {why_not}")
         elif path.is_dir():
@@ -196,11 +194,11 @@ def read_training_run(run_dir: str | Path) -> dict:
     return record
 
 
-def training_record(run_dir: str | Path, training: dict) -> CheckpointRecord | None:
+def training_record(run_dir: str | Path, training: dict, checkpoints: list[Checkpoint]) -> CheckpointRecord | None:
     """Coords, pixel budget and L2 margin of the run's training data: the root's record (written when the run
-    finished), else a checkpoint's (a run still going), else the dataset's build record; None when none is there
-    (the evaluator then guesses)."""
-    for folder in [Path(run_dir), *sorted(Path(run_dir).glob("checkpoint-*"))]:
+    finished), else that of one of `checkpoints` (those find_checkpoints took: a run still going), else the
+    dataset's build record; None when none is there (the evaluator then guesses)."""
+    for folder in [Path(run_dir), *(c.path for c in checkpoints)]:
         recorded = read_checkpoint_record(folder)
         if recorded:
             return recorded
@@ -479,7 +477,7 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
         raise ValueError(f"{overlap[0]}: choose another --out")
     if sel.copy_best:
         _check_copy_target(Path(sel.copy_best), {"--run": sel.run, "--data": sel.data, "--out": sel.out})
-    record = training_record(run_dir, training)
+    record = training_record(run_dir, training, candidates)
     base = sel.base or training["model"]
     if any(c.kind == "lora" for c in candidates):
         require_model(base, "--base")

@@ -8,6 +8,7 @@ A new backend is a ``RegisteredBackend`` subclass in a module of its own and one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gbtrain.config import option
 from gbtrain.coords import PixelBudget
@@ -29,7 +30,7 @@ from gbtrain.vocabulary import one_of
 MODEL_GROUP = "model"  # the config.option group of ModelOptions: listed after each tool's own flags
 
 
-def model_option(default, help: str, **kwargs):
+def model_option(default: Any, help: str, **kwargs: Any) -> Any:
     """A ModelOptions field: config.option in the model group."""
     return option(default, help, group=MODEL_GROUP, **kwargs)
 

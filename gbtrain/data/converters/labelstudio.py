@@ -10,6 +10,7 @@ Results without a region (whole-task Choices or TextAreas) and the task's `data`
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from gbtrain.data.converters.sources import (
@@ -79,8 +80,8 @@ def _region(page: SourcePage, where: str, results: list[dict]) -> None:
     shapes = [r for r in results if r.get("type") in _GEOMETRY]
     geometry = shapes[0] if shapes else None
     attributes = _controls(results)
-    if len(shapes) > 1 or any(len([r for r in results if r.get("from_name") == name]) > 1
-                              for name in {str(r.get("from_name")) for r in results if r.get("type") in _CONTROLS}):
+    controls = Counter(str(r.get("from_name")) for r in results if r.get("type") in _CONTROLS)
+    if len(shapes) > 1 or any(n > 1 for n in controls.values()):
         # results of one region share its id; two shapes (or two values of one control) under one id are two
         # regions that an edit or a merge of exports gave the same id: neither can be told from the other
         page.items.append(SourceItem(where, _label(results), None, attributes,
