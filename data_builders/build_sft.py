@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--out", help="output folder (same as out=...)")
     ap.add_argument("--lenient", action="store_true", help="skip bad records, counted and listed in the card")
     ap.add_argument("overrides", nargs="*", help="key=value config overrides")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # key=value may come before, between or after the flags
     overrides = list(args.overrides)
     overrides += [f"data={args.data}"] if args.data else []
     overrides += [f"out={args.out}"] if args.out else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, field
 from pathlib import Path
@@ -163,8 +164,19 @@ def overlapping(out_name: str, out: str | Path, inputs: dict[str, str | Path]) -
 def require_model(name: str, what: str = "model") -> None:
     """A model given as a path must be a folder: transformers would call a missing one a malformed hub id."""
     hub_id = not name.startswith(("/", ".", "~")) and name.count("/") == 1
-    if not Path(name).is_dir() and not hub_id:
+    if Path(name).is_dir():
+        return
+    if not hub_id:
         raise FileNotFoundError(f"{what} not found: {name} (a folder, or a hub id like Qwen/Qwen2.5-VL-7B-Instruct)")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    # Offline, transformers would say it "couldn't connect" without naming the model or why it did not try.
+    # (The variable as it is now: huggingface_hub reads it once, when first imported.)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in constants.ENV_VARS_TRUE_VALUES
+    if offline and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        raise FileNotFoundError(f"{what} {name} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                                f"HF_HUB_OFFLINE is set: download it first (hf download {name}), point HF_HOME at "
+                                f"the cache that holds it, or pass its folder")
 
 
 def config_fields(schema: type | Any, prefix: str = "") -> list[tuple[str, Field, Any]]:

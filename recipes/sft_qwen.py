@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--config", required=True, help="recipe YAML (configs/sft/*.yaml)")
     ap.add_argument("--resume", action="store_true", help="continue from the last checkpoint in output_dir")
     ap.add_argument("overrides", nargs="*", help="key=value config overrides")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # key=value may come before, between or after the flags
     overrides = list(args.overrides) + (["resume=true"] if args.resume else [])
     with user_errors("sft_qwen"):  # bad options, data, model or output folder: one line, exit 2
         summary = train(load_config(TrainConfig, args.config, overrides))

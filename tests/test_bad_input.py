@@ -214,6 +214,24 @@ def drop_key(key: str) -> Callable[[dict], None]:
     return lambda raw: raw.pop(key)
 
 
+def sized_image(level: str, index: int, width: int, height: int) -> Callable[[Env], None]:
+    """Record `index`'s image replaced by a blank one of width x height, and its annotation's size with it (its
+    boxes scaled into it)."""
+    def setup(env: Env) -> None:
+        from PIL import Image
+
+        path = image_of(env, level, index)
+        Image.new("RGB", (width, height), "white").save(path)
+
+        def resize(raw: dict) -> None:
+            sx, sy = width / raw["width"], height / raw["height"]
+            raw["width"], raw["height"] = width, height
+            for mark in raw["marks"]:  # four corner points, as the synthetic pages write them
+                mark["bbox_2d"] = [[x * sx, y * sy] for x, y in mark["bbox_2d"]]
+        edit_record(level, index, resize)(env)
+    return setup
+
+
 def image_of(env: Env, level: str = "L1", index: int = 0, name: str = "data") -> Path:
     path = env.box / name / "annotations" / f"{level}.json"
     raw = json.loads(path.read_text(encoding="utf-8"))[index]
@@ -249,15 +267,16 @@ def damage_image(kind: str, level: str = "L1", index: int = 0) -> Callable[[Env]
     return setup
 
 
-def bomb_png() -> bytes:
-    """A PNG whose header claims 100000 x 100000 pixels (10 Gpx): Pillow refuses it as a decompression bomb."""
+def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
+    """A PNG whose header claims width x height pixels and whose data is 64 bytes: at the default 10 Gpx, Pillow
+    refuses it as a decompression bomb; below its limit, only decoding finds the data missing."""
     import struct
     import zlib
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
     return b"\x89PNG\r\n\x1a\n" + body
 
@@ -405,6 +424,8 @@ def score_cases() -> list[Case]:
         Case("data-missing", SCORE, score_args(data="{box}/nodata"), r"data directory not found: \S+/nodata"),
         Case("data-a-file", SCORE, score_args(data="{box}/f.txt"), r"data directory not found: \S+/f\.txt",
              setup=write("f.txt", "x")),
+        Case("level-empty", SCORE, score_args(data="{box}/data"), r"L1\.json holds no records",
+             setup=chain(data(), write("data/annotations/L1.json", "[]"), write("p.jsonl", "")), outputs=()),
         Case("data-without-annotations", SCORE, score_args(data="{box}/empty"), r"L1\.json.*not found",
              setup=chain(ok, make_dir("empty"))),
         # malformed prediction files: refused with file and line (documented exit 2)
@@ -604,8 +625,12 @@ def eval_cases() -> list[Case]:
              r"model not found: .*nomodel", outputs=()),
         Case("model-not-a-model", RUN_EVAL, eval_args(model="{box}/data", backend="hf"),
              r"box/data\. Can't instantiate a processor", setup=data()),
-        Case("model-needs-coords", RUN_EVAL, eval_args(model="org/mystery", backend="vllm", coords=None),
-             r"cannot tell the coordinate convention of 'org/mystery'; pass --coords", outputs=()),
+        Case("model-needs-coords", RUN_EVAL, eval_args(model="{box}/mystery", backend="vllm", coords=None),
+             r"cannot tell the coordinate convention of '\S+/mystery'; pass --coords",
+             setup=write("mystery/config.json", '{"model_type": "mystery"}'), outputs=()),
+        Case("model-hub-offline", RUN_EVAL, eval_args(model="org/mystery", backend="vllm", coords=None),
+             r"model org/mystery is not in the Hugging Face cache \(.*\) and HF_HUB_OFFLINE is set: download it "
+             r"first \(hf download org/mystery\)", outputs=()),
         Case("model-bad-checkpoint-record", RUN_EVAL, eval_args(model="{box}/m", backend="hf", coords=None),
              r"gbtrain_checkpoint\.json: not a gbtrain checkpoint record",
              setup=write("m/gbtrain_checkpoint.json", '{"coords": "qwen25"}')),
@@ -884,6 +909,25 @@ def build_cases() -> list[Case]:
              setup=chain(data(), damage_image("bomb", "L1", 1))),
         Case("image-symlink-outside", BUILD, build_args(data="{box}/data"), r"leaves",
              setup=chain(data(), damage_image("symlink-out", "L1", 0))),
+        # round two
+        Case("overrides-between-flags", BUILD, ["--data", "{box}/nodata", "target_count=24", "--out", "{box}/out",
+                                                "workers=1"], r"data directory not found: .*nodata", outputs=()),
+        Case("annotation-image-dot", BUILD, build_args(data="{box}/data"), r"L1\.json \[record \S+\]: image",
+             setup=chain(data(), edit_record("L1", 0, set_key("image", ".")))),
+        Case("image-header-only-12000", BUILD, build_args(data="{box}/data"), r"\[record \S+\]: cannot read image",
+             setup=chain(data(), lambda env: replace_file(image_of(env), bomb_png(12_000, 12_000)),
+                         edit_record("L1", 0, set_key("width", 12_000)),
+                         edit_record("L1", 0, set_key("height", 12_000)))),
+        Case("image-aspect-300", BUILD, build_args(data="{box}/data"), r"L1\.json \[record \S+\]: .*aspect",
+             setup=chain(data(), sized_image("L1", 0, 3000, 10))),
+        Case("image-aspect-300-lenient", BUILD, build_args("--lenient", data="{box}/data"), code=0,
+             check=report_has("out/stats.json", skipped_records=lambda s: len(s) == 1 and "aspect" in s[0]),
+             setup=chain(data(), sized_image("L1", 1, 9000, 30))),
+        Case("l2-without-regions", BUILD, build_args(data="{box}/data"), r"L2\.json \[record \S+\]: ",
+             setup=chain(data(), edit_record("L2", 0, set_key("marks", [])))),
+        Case("l2-without-regions-lenient", BUILD, build_args("--lenient", data="{box}/data"), code=0,
+             check=report_has("out/stats.json", skipped_records=lambda s: len(s) == 1),
+             setup=chain(data(), edit_record("L2", 0, set_key("marks", [])))),
         Case("image-wrong-size", BUILD, build_args(data="{box}/data"), r"is \d+x\d+, annotation says \d+x\d+",
              setup=chain(data(), edit_record("L1", 0, set_key("width", 578)))),
     ]
@@ -925,6 +969,24 @@ def earlier_training(*overrides: str, work: bool = True) -> Callable[[Env], None
         claim_output_dir(cfg, write=True)
         if work:
             (env.box / "run" / "checkpoint-2").mkdir()
+    return setup
+
+
+def saved_checkpoint(damage: Callable[[Path], None] | None = None, step: int = 2) -> Callable[[Env], None]:
+    """box/run/checkpoint-STEP as the trainer completes a save (files, then the marker naming the run recorded in
+    gbtrain_run.json), then `damage` done to it."""
+    def setup(env: Env) -> None:
+        from gbtrain.train.checkpoints import mark_complete
+
+        folder = env.box / "run" / f"checkpoint-{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, size in (("model.safetensors", 64), ("optimizer.pt", 128), ("scheduler.pt", 8),
+                           ("rng_state.pth", 16), ("trainer_state.json", 32)):
+            (folder / name).write_bytes(b"x" * size)
+        run_id = json.loads((env.box / "run" / "gbtrain_run.json").read_text(encoding="utf-8"))["run_id"]
+        mark_complete(folder, run_id, step)
+        if damage:
+            damage(folder)
     return setup
 
 
@@ -989,6 +1051,28 @@ def train_cases() -> list[Case]:
              r"made otherwise \(dataset: ", setup=chain(y, copy_fixture("sft", "sft2"), earlier_training())),
         Case("output-same-run-no-resume", TRAIN, train_args(), r"this run's work \(checkpoint-2\): pass --resume",
              setup=chain(y, earlier_training()), outputs=()),
+        # --resume on checkpoints damaged after their save, or saves that never finished
+        *[Case(f"resume-{name}", TRAIN, train_args("--resume"),
+               rf"cannot resume from \S+/run/checkpoint-2: {message}.*; delete checkpoint-2 to resume from the "
+               rf"checkpoint before it",
+               setup=chain(y, earlier_training(work=False), saved_checkpoint(damage)), outputs=())
+          for name, damage, message in (
+              ("optimizer-truncated", lambda f: (f / "optimizer.pt").write_bytes(b"x"),
+               r"optimizer\.pt is 1 bytes, 128 when saved: damaged or truncated"),
+              ("weights-truncated", lambda f: (f / "model.safetensors").write_bytes(b""), r"model\.safetensors is 0"),
+              ("trainer-state-truncated", lambda f: (f / "trainer_state.json").write_bytes(b"{"),
+               r"trainer_state\.json is 1 bytes"),
+              ("rng-state-deleted", lambda f: (f / "rng_state.pth").unlink(), r"rng_state\.pth is missing"),
+              ("scheduler-deleted", lambda f: (f / "scheduler.pt").unlink(), r"scheduler\.pt is missing"),
+              ("marker-corrupt", lambda f: (f / "gbtrain_complete.json").write_text("{"),
+               r"its gbtrain_complete\.json cannot be read"),
+              ("marker-of-another-run", lambda f: (f / "gbtrain_complete.json").write_text(
+                  '{"run_id": "elsewhere", "step": 2, "files": {}}'), r"saved by another run \('elsewhere'"))],
+        Case("resume-save-never-finished", TRAIN, train_args("--resume", "max_length=10"),
+             past_checks,  # after checkpoint-4 was passed over (a line on stdout; tests/test_checkpoints.py)
+             setup=chain(y, earlier_training("max_length=10", work=False), saved_checkpoint(),
+                         make_dir("run/checkpoint-4")),
+             outputs=("run",)),
         Case("output-unrecorded-work", TRAIN, train_args(), r"holds work that gbtrain did not record \(checkpoint-1\)",
              setup=chain(y, make_dir("run/checkpoint-1")), outputs=()),
         Case("output-record-corrupt", TRAIN, train_args("--resume"),
@@ -1009,6 +1093,9 @@ def train_cases() -> list[Case]:
              setup=chain(y, lambda env: read_only(env, "ro")), outputs=()),
         # the model
         Case("model-missing", TRAIN, train_args("model={box}/nomodel"), r"model not found: \S+/nomodel \(a folder",
+             setup=y, outputs=()),
+        Case("model-hub-offline", TRAIN, train_args("model=Qwen/Qwen2.5-VL-7B-Instruct"),
+             r"model Qwen/Qwen2\.5-VL-7B-Instruct is not in the Hugging Face cache \(.*\) and HF_HUB_OFFLINE is set",
              setup=y, outputs=()),
         Case("model-not-a-model", TRAIN, train_args("model={synth}"), r"synth0/data\. Can't instantiate a processor",
              setup=y, outputs=("run",)),
@@ -1048,6 +1135,12 @@ def merge_cases() -> list[Case]:
         Case("adapter-half-written", MERGE, merge_args(adapter="{box}/lora"),
              r"no adapter weights \(adapter_model\.safetensors\) in \S+/lora: point --adapter",
              setup=copy_fixture("adapter", "lora", skip=("adapter_model.safetensors",)), outputs=()),
+        Case("adapter-truncated", MERGE, merge_args(adapter="{box}/lora"),
+             r"lora/adapter_model\.safetensors cannot be read \(.*\): the file is damaged or truncated",
+             setup=chain(copy_fixture("adapter", "lora", skip=("adapter_model.safetensors",)),
+                         write("lora/adapter_model.safetensors", b"\x20\x00\x00\x00\x00\x00\x00\x00{")), outputs=()),
+        Case("base-hub-offline", MERGE, merge_args("--allow-other-base", base="Qwen/Qwen2.5-VL-3B-Instruct"),
+             r"--base Qwen/Qwen2\.5-VL-3B-Instruct is not in the Hugging Face cache", outputs=()),
         Case("base-missing", MERGE, merge_args("--allow-other-base", base="{box}/nobase"),
              r"--base not found: \S+/nobase \(a folder, or a hub id", outputs=()),
         Case("unknown-dtype", MERGE, merge_args("--dtype", "int4"), r"--dtype: invalid choice: 'int4'", outputs=()),

@@ -310,6 +310,27 @@ def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goe
     assert errors["count"] == len(refused) and set(errors["examples"]) == {ln["id"] for ln in refused}
 
 
+def test_an_endpoint_that_never_answers_stops_the_run_within_its_timeout_naming_it(synth_dir, tmp_path):
+    """A server that accepts and never replies: --request-timeout and --max-retries bound the wait (they were
+    300 s x 7 tries, silent), and the line names the endpoint and the way out; nothing was answered, nothing kept."""
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
+    from gbtrain.inference.base import EndpointError
+
+    endpoint = ChatEndpoint(lambda model, n: (time.sleep(5), (200, "{}"))[1])
+    try:
+        run = EvalRun(model="m", data=str(synth_dir), out=str(tmp_path / "ev"), backend="openai",
+                      base_url=endpoint.url, settings="L1-af", limit=1, coords="qwen25", overlays=0,
+                      min_pixels=TEST_MIN_PIXELS, max_pixels=TEST_MAX_PIXELS, request_timeout=1, max_retries=1)
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match=rf"the endpoint {endpoint.url} did not answer within 1 s, 2 tries: "
+                                                r"raise --request-timeout"):
+            evaluate_checkpoint(run, progress=False)
+        assert time.monotonic() - started < 30  # generous: 2 tries of 1 s and the client's backoff
+    finally:
+        endpoint.server.shutdown()
+    assert not any(f.read_text(encoding="utf-8").strip() for f in (tmp_path / "ev").rglob("*.jsonl"))
+
+
 def test_a_second_evaluation_into_a_busy_folder_is_refused(synth_dir, tmp_path):
     """Two runs appending to the same prediction files would interleave; the second is told who holds it."""
     import fcntl

@@ -50,29 +50,44 @@ def _model_folder(path: Path, kind: str = "full", weights: bool = True) -> Path:
     return path
 
 
+def _saved(path: Path, kind: str = "full", weights: bool = True, record=None, run_id: str | None = None) -> Path:
+    """A checkpoint as the trainer leaves it: its files, its gbtrain record, then the completion marker."""
+    from gbtrain.coords import write_checkpoint_record
+    from gbtrain.train.checkpoints import mark_complete
+
+    _model_folder(path, kind, weights)
+    if record is not None:
+        write_checkpoint_record(path, record)
+    mark_complete(path, run_id, 0)
+    return path
+
+
 # --------------------------------------------------------------------------------- discovery
 def test_every_checkpoint_is_found_by_step_with_its_kind_and_problem(tmp_path):
     run = tmp_path / "run"
-    _model_folder(run / "checkpoint-10", "lora")
-    _model_folder(run / "checkpoint-2")
-    _model_folder(run / "checkpoint-4", weights=False)
-    (_model_folder(run / "checkpoint-6", weights=False) / "global_step6").mkdir()
+    _saved(run / "checkpoint-10", "lora")
+    _saved(run / "checkpoint-2")
+    _saved(run / "checkpoint-4", weights=False)
+    (run / "checkpoint-6" / "global_step6").mkdir(parents=True)
+    _saved(run / "checkpoint-6", weights=False)
     (run / "checkpoint-8").mkdir()  # a save cut short before anything was written
-    _model_folder(run / "checkpoint-x")  # not a trainer checkpoint name
+    _saved(run / "checkpoint-x")  # not a trainer checkpoint name
     _model_folder(run)  # the final model, saved at the root at step 12 (no checkpoint at that step)
     (run / "train_summary.json").write_text(json.dumps({"global_step": 12}))
     found, notes = find_checkpoints(run)
     assert [(c.name, c.step, c.kind) for c in found] == [
         ("checkpoint-2", 2, "full"), ("checkpoint-4", 4, "full"), ("checkpoint-6", 6, "full"),
-        ("checkpoint-8", 8, "full"), ("checkpoint-10", 10, "lora"), ("final-12", 12, "full")]
+        ("checkpoint-10", 10, "lora"), ("final-12", 12, "full")]
     problems = {c.name: c.problem for c in found}
     assert problems["checkpoint-2"] is None and problems["checkpoint-10"] is None and problems["final-12"] is None
     assert problems["checkpoint-4"] == "no weights (model.safetensors)"
     assert "DeepSpeed ZeRO shards (global_step6/)" in problems["checkpoint-6"]
-    assert "not a saved model" in problems["checkpoint-8"]
-    assert found[-1].path == run and notes == ["checkpoint-x is not evaluated: not a name the trainer writes "
-                                               "(checkpoint-N, N in digits without leading zeros)"]
+    assert found[-1].path == run and notes == [
+        "checkpoint-8 is not evaluated: no gbtrain_complete.json: its save did not finish (or gbtrain did not save it)",
+        "checkpoint-x is not evaluated: not a name the trainer writes (checkpoint-N, N in digits without leading "
+        "zeros)"]
     (run / "checkpoint-x").rename(tmp_path / "elsewhere")
+    (run / "checkpoint-8").rmdir()
 
     (run / "train_summary.json").write_text(json.dumps({"global_step": 10}))  # the trainer saved the last step too
     found, notes = find_checkpoints(run)
@@ -88,11 +103,11 @@ def test_only_checkpoints_this_run_saved_are_taken_and_the_others_are_named(tmp_
 
     run = tmp_path / "run"
     record = CheckpointRecord("qwen25", PixelBudget(3136, 200704))  # as the trainer writes it into every save
-    for name in ("checkpoint-1", "checkpoint-0001", "checkpoint-\u0663", "checkpoint-2", "checkpoint-3"):
-        write_checkpoint_record(_model_folder(run / name), record)
+    for name in ("checkpoint-1", "checkpoint-0001", "checkpoint-\u0663", "checkpoint-2"):
+        _saved(run / name, record=record)
     write_checkpoint_record(run, record)
-    write_checkpoint_record(run / "checkpoint-3", CheckpointRecord("rel1000", record.budget))  # another run's
-    (run / "checkpoint-4").symlink_to(_model_folder(tmp_path / "base-model"), target_is_directory=True)
+    _saved(run / "checkpoint-3", record=CheckpointRecord("rel1000", record.budget))  # another run's
+    (run / "checkpoint-4").symlink_to(_saved(tmp_path / "base-model"), target_is_directory=True)
     found, notes = find_checkpoints(run)
     assert [c.name for c in found] == ["checkpoint-1", "checkpoint-2"]
     assert sorted(notes) == sorted([
@@ -106,15 +121,37 @@ def test_only_checkpoints_this_run_saved_are_taken_and_the_others_are_named(tmp_
         f"saved in this run"])
 
 
+def test_a_checkpoint_whose_marker_names_another_run_or_other_files_is_named_not_taken(tmp_path):
+    """A checkpoint copied in from a run with the same settings carries that run's id; a file truncated or deleted
+    after the save no longer matches the marker."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "gbtrain_run.json").write_text(json.dumps({"model": "m", "run_id": "ours"}))
+    for step in (1, 2, 3, 4):
+        _saved(run / f"checkpoint-{step}", run_id="ours")
+    _saved(run / "checkpoint-5", run_id="theirs")
+    (run / "checkpoint-2" / "model.safetensors").write_bytes(b"")  # truncated
+    (run / "checkpoint-3" / "config.json").unlink()
+    (run / "checkpoint-4" / "gbtrain_complete.json").write_text("{")
+    found, notes = find_checkpoints(run)
+    assert [c.name for c in found] == ["checkpoint-1"]
+    assert notes == [
+        "checkpoint-2 is not evaluated: model.safetensors is 0 bytes, 1 when saved: damaged or truncated",
+        "checkpoint-3 is not evaluated: config.json is missing (it was saved with the checkpoint)",
+        "checkpoint-4 is not evaluated: its gbtrain_complete.json cannot be read (Expecting property name enclosed in "
+        "double quotes: line 1 column 2 (char 1))",
+        "checkpoint-5 is not evaluated: saved by another run ('theirs', this folder's run is 'ours')"]
+
+
 def test_a_run_still_going_takes_its_record_from_a_checkpoint_it_saved(tmp_path):
     """No root record yet: the data's coords come from a checkpoint find_checkpoints took, never from a folder it
     left out (checkpoint-0001 sorts first)."""
-    from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+    from gbtrain.coords import CheckpointRecord, PixelBudget
 
     run = tmp_path / "run"
     ours = CheckpointRecord("qwen25", PixelBudget(3136, 200704))
-    write_checkpoint_record(_model_folder(run / "checkpoint-0001"), CheckpointRecord("rel1000", ours.budget))
-    write_checkpoint_record(_model_folder(run / "checkpoint-1"), ours)
+    _saved(run / "checkpoint-0001", record=CheckpointRecord("rel1000", ours.budget))
+    _saved(run / "checkpoint-1", record=ours)
     found, _ = find_checkpoints(run)
     assert training_record(run, {}, found) == ours
 

@@ -3,6 +3,7 @@ resume after a kill, LoRA merge (then transformers and vLLM load it), and an ove
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,20 +90,40 @@ def test_two_process_deepspeed_zero3(request, model_fixture, sft_fixture, tmp_pa
 
 @pytest.mark.slow
 def test_resume_after_kill(sft_dir, tiny_model_dir, tmp_path):
+    """Killed mid-run, the run resumes from its newest complete checkpoint: a damaged one is named before any
+    model loads, and once deleted (as the message says) the one before is taken; a save that never finished is
+    passed over with a line saying so."""
+    from gbtrain.train.checkpoints import checkpoint_problem
+
     out = tmp_path / "resume"
     args = ("max_steps=40", "save_steps=2", "eval_steps=1000", "save_total_limit=5")
     proc = launch(sft_dir, tiny_model_dir, out, *args, popen=True)
     deadline = time.time() + 600
-    while not (out / "checkpoint-4" / "trainer_state.json").exists():
+    while not (out / "checkpoint-4" / "gbtrain_complete.json").exists():
         assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "train_summary.json").exists()
+    run_id = json.loads((out / "gbtrain_run.json").read_text())["run_id"]
+    complete = sorted((p for p in out.glob("checkpoint-*") if checkpoint_problem(p, run_id) is None),
+                      key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    assert len(complete) >= 2
+    (complete[-1] / "optimizer.pt").write_bytes(b"")
+    damaged = launch(sft_dir, tiny_model_dir, out, *args, "--resume", popen=True)
+    stdout, _ = damaged.communicate(timeout=300)
+    assert damaged.returncode != 0
+    assert (f"cannot resume from {complete[-1]}: optimizer.pt is 0 bytes" in stdout
+            and f"delete {complete[-1].name} to resume from the checkpoint before it" in stdout), stdout[-3000:]
+    assert "Traceback" not in stdout
+    shutil.rmtree(complete[-1])
+    partial = out / "checkpoint-1000"  # a save cut short (a kill, a full disk): no completion marker
+    partial.mkdir()
+    (partial / "config.json").write_text("{}")
     done = launch(sft_dir, tiny_model_dir, out, *args, "--resume")
+    assert "checkpoint-1000 is passed over: no gbtrain_complete.json" in done.stdout
     (summary,) = summaries(done)
-    assert summary["resumed_from"] and int(summary["resumed_from"].rsplit("-", 1)[1]) >= 4
-    assert summary["global_step"] == 40
+    assert summary["resumed_from"] == str(complete[-2]) and summary["global_step"] == 40
 
 
 @pytest.mark.slow
@@ -227,6 +248,19 @@ def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tm
     with pytest.raises(ValueError, match="did not record"):
         claim_output_dir(cfg, write=True)
     assert (out / "checkpoint-2").is_dir()  # nothing was touched
+
+
+def test_a_truncated_adapter_is_named_before_the_base_loads(tiny_model_dir, tmp_path):
+    from gbtrain.train.merge import merge_lora
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tiny_model_dir)}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": {")
+    with pytest.raises(ValueError, match=r"adapter_model\.safetensors cannot be read \(.*\): the file is damaged or "
+                                         r"truncated"):
+        merge_lora(str(tiny_model_dir), str(adapter), str(tmp_path / "merged"))
+    assert not (tmp_path / "merged").exists()
 
 
 def test_an_adapter_is_merged_only_onto_its_base(tmp_path):

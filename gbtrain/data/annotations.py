@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
+from gbtrain.coords import MAX_ASPECT_RATIO
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
     LABEL_ALIASES,
@@ -29,7 +30,7 @@ from gbtrain.schema import (
     Mark,
     Record,
 )
-from gbtrain.vocabulary import LEVELS
+from gbtrain.vocabulary import L2, LEVELS
 
 # Keys as they appear in the data: English first, then the Chinese spelling (纬度 is the data's typo).
 _STAGE_KEYS = ("educational_stage", "学段")
@@ -189,7 +190,7 @@ def _parse_mark(raw: dict, index: int, unknown_labels: Counter) -> Mark:
 
 def _check_image_path(rel: str) -> None:
     p = PurePosixPath(rel.replace("\\", "/"))
-    if not rel or p.is_absolute() or ".." in p.parts or rel.startswith(("/", "\\")) or ":" in p.parts[0]:
+    if not p.parts or p.is_absolute() or ".." in p.parts or rel.startswith(("/", "\\")) or ":" in p.parts[0]:
         raise ValueError(f"image path {rel!r} must be relative to the level's image folder, without '..'")
 
 
@@ -207,6 +208,10 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     width, height = raw["width"], raw["height"]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (width, height)):
         raise ValueError(f"width/height must be positive integers, got {width!r}x{height!r}")
+    aspect = max(width, height) / min(width, height)
+    if aspect > MAX_ASPECT_RATIO:  # smart_resize's limit, as the processors'
+        raise ValueError(f"the image is {width}x{height}, an aspect ratio of {aspect:.0f}: Qwen-VL processors take "
+                         f"at most {MAX_ASPECT_RATIO} (crop or pad it)")
     if not isinstance(raw["marks"], list):
         raise ValueError("marks must be a list")
     marks = [_parse_mark(m, i, unknown_labels) for i, m in enumerate(raw["marks"])]
@@ -222,11 +227,14 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     raw_level = raw.get("level")
     if raw_level is not None and str(raw_level) != level:
         raise ValueError(f"record level {raw_level!r} found in the {level} annotation file")
-    return Record(
+    record = Record(
         record_id=str(raw["id"]), level=level, subject=subject, image=rel, width=width, height=height,
         marks=marks, page=_text(raw.get("page_id"), "page_id"),
         extra={k: v for k, v in raw.items() if k not in _KNOWN_RECORD_KEYS},
     )
+    if level == L2 and not record.context_regions and not record.groups:
+        raise ValueError("an L2 record needs a question mark (the region to grade) or answer marks to derive it from")
+    return record
 
 
 def _jpeg_complete(path: Path) -> bool:
@@ -243,8 +251,10 @@ def _image_size(path: Path, version: tuple[int, int]) -> tuple[int, int]:
     run), a PNG by its chunk checksums. Cached per file version: the L2 records of a page share its file."""
     with Image.open(path) as im:
         size = im.size
-        if im.format == "PNG":
+        if im.format == "PNG":  # its chunk checksums, then its pixels: a header over missing data passes verify()
             im.verify()
+            with Image.open(path) as again:
+                again.load()
         elif im.format == "JPEG":
             if not _jpeg_complete(path):
                 raise ValueError(f"image {path} is truncated (no JPEG end marker)")

@@ -48,8 +48,8 @@ from gbtrain.evaluation.run import (
     claim_output_folder,
     open_backend,
     plan_run,
-    write_atomic,
 )
+from gbtrain.files import write_atomic
 from gbtrain.inference.base import SamplingOptions, message
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response

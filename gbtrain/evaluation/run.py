@@ -30,6 +30,7 @@ from gbtrain.evaluation.engine import (
     parse_settings,
     run_diagnostics,
 )
+from gbtrain.files import write_atomic
 from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
@@ -145,25 +146,14 @@ def _empty_folder(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Whole or not at all: a run killed mid-write leaves the old file (or none), never half of one, so a file's
-    presence can mark work done. backslashreplace keeps a reply's lone surrogate the JSON escape it was."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def check_run(run: EvalRun) -> None:
     """Every count option at least 1 (or 0 where none makes sense), before anything is loaded: `--limit 0`
     used to mean "everything" and a zero batch size looped."""
     at_least = {"max_tokens": (run.max_tokens, 1), "max_model_len": (run.max_model_len, 1),
                 "tensor_parallel_size": (run.tensor_parallel_size, 1),
                 "data_parallel_size": (run.data_parallel_size, 1), "batch_size": (run.batch_size, 1),
-                "overlays": (run.overlays, 0), "concurrency": (run.concurrency, 1),
+                "overlays": (run.overlays, 0), "concurrency": (run.concurrency, 1), "max_retries": (run.max_retries, 0),
+                "request_timeout": (run.request_timeout, 1),
                 "hf_batch_size": (run.hf_batch_size, 1)}
     for key in ("limit", "min_pixels", "max_pixels", "kv_cache_gib", "l2_margin"):
         if getattr(run, key) is not None:
@@ -237,7 +227,7 @@ def open_backend(run: EvalRun, plan: RunPlan):
     tools ask a checkpoint the same way."""
     options = BackendOptions(plan.budget, run.max_model_len, run.tensor_parallel_size, run.data_parallel_size,
                              run.structured, plan.memory, run.hf_batch_size, run.base_url, run.api_key_env,
-                             run.concurrency)
+                             run.concurrency, request_timeout=run.request_timeout, max_retries=run.max_retries)
     backend = BACKENDS[run.backend].from_options(run.model, options)
     return backend, backend.tokenizer()
 

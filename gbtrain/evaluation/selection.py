@@ -54,6 +54,7 @@ from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_usage
 from gbtrain.schema import Record
 from gbtrain.text import redact
+from gbtrain.train.checkpoints import RUN_RECORD, checkpoint_problem, is_trainer_name
 
 TRAINING_RECORD = "gbtrain_run.json"  # written by gbtrain.train.trainer into every recipe output_dir
 SELECTION_RECORD = "selection_run.json"
@@ -122,22 +123,33 @@ def _inspect(folder: Path) -> tuple[str, str | None]:
     return kind, f"no weights ({WEIGHTS[kind][0]})"
 
 
-def _not_this_runs(path: Path, run_record: CheckpointRecord | None) -> str | None:
-    """Why a checkpoint-* entry is not one the trainer saved in this run (None when it may be): its name is not
-    the trainer's (`checkpoint-` and the step in ASCII digits without leading zeros, so no two name one step), it is
-    a link to elsewhere, or its gbtrain record differs from the run's (a checkpoint copied in from another run)."""
-    if not re.fullmatch(r"checkpoint-(0|[1-9][0-9]*)", path.name, re.ASCII):
+def _not_this_runs(path: Path, run_record: CheckpointRecord | None, run_id: str | None) -> str | None:
+    """Why a checkpoint-* entry is not a complete checkpoint the trainer saved in this run (None when it is): its
+    name is not the trainer's (so no two name one step), it is a link to elsewhere, its gbtrain record differs from
+    the run's, or its completion marker is missing, names another run or no longer matches its files."""
+    if not is_trainer_name(path.name):
         return "not a name the trainer writes (checkpoint-N, N in digits without leading zeros)"
     if path.is_symlink():
         return f"a symbolic link (to {path.resolve()}), not a checkpoint saved in this run"
-    if path.is_dir() and run_record is not None:
+    if not path.is_dir():
+        return "not a folder"
+    if run_record is not None:
         try:
             recorded = read_checkpoint_record(path)
         except ValueError as e:
             return str(e)
         if recorded not in (None, run_record):
             return f"its {CHECKPOINT_RECORD} differs from the run's: a checkpoint of another run"
-    return None
+    return checkpoint_problem(path, run_id)
+
+
+def _run_id(run_dir: Path) -> str | None:
+    """The id the recipe recorded for the run in its output_dir (None: not recorded, any run's marker is taken)."""
+    try:
+        recorded = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return recorded.get("run_id") if isinstance(recorded, dict) else None
 
 
 def _final_step(run_dir: Path) -> int | None:
@@ -155,14 +167,14 @@ def find_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"training folder not found: {run_dir}")
     found, notes = [], []
-    run_record = read_checkpoint_record(run_dir)
+    run_record, run_id = read_checkpoint_record(run_dir), _run_id(run_dir)
     for path in sorted(run_dir.iterdir()):
         if not path.name.startswith("checkpoint-"):
             continue
-        why_not = _not_this_runs(path, run_record)
+        why_not = _not_this_runs(path, run_record, run_id)
         if why_not:
             notes.append(f"{path.name} is not evaluated: {why_not}")
-        elif path.is_dir():
+        else:
             found.append(Checkpoint(path.name, int(path.name.removeprefix("checkpoint-")), path, *_inspect(path)))
     kind, problem = _inspect(run_dir)
     if problem is None:

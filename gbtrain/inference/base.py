@@ -110,6 +110,8 @@ class BackendOptions:
     base_url: str | None = None  # openai
     api_key_env: str = "OPENAI_API_KEY"  # openai
     concurrency: int = 8  # openai
+    request_timeout: float = 180.0  # openai
+    max_retries: int = 2  # openai
     chat_template_kwargs: dict | None = field(default=None, hash=False)
 
 

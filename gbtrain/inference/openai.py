@@ -40,7 +40,7 @@ class OpenAIBackend(RegisteredBackend):
     loads_model = False
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 8, timeout: float = 300.0, max_retries: int = 6,
+                 concurrency: int = 8, timeout: float = 180.0, max_retries: int = 2,
                  budget: PixelBudget = PixelBudget(), chat_template_kwargs: dict | None = None):
         from openai import OpenAI
 
@@ -53,14 +53,15 @@ class OpenAIBackend(RegisteredBackend):
         self.url, self.api_key_env = redact(url), api_key_env
         self.openai_itself = "api.openai.com" in url
         self.concurrency = max(1, concurrency)
+        self.timeout, self.max_retries = timeout, max_retries
         self.client = OpenAI(base_url=url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout,
                              max_retries=max_retries)
 
     @classmethod
     def from_options(cls, model: str, options: BackendOptions) -> OpenAIBackend:
         o = options
-        return cls(model, o.base_url, api_key_env=o.api_key_env, concurrency=o.concurrency, budget=o.budget,
-                   chat_template_kwargs=o.chat_template_kwargs)
+        return cls(model, o.base_url, api_key_env=o.api_key_env, concurrency=o.concurrency, timeout=o.request_timeout,
+                   max_retries=o.max_retries, budget=o.budget, chat_template_kwargs=o.chat_template_kwargs)
 
     @classmethod
     def from_spec(cls, target: str, options: BackendOptions) -> OpenAIBackend:
@@ -77,7 +78,7 @@ class OpenAIBackend(RegisteredBackend):
         """One request. A refusal of this request (400, 413, 422) is a FailedReply; anything else (bad key,
         unknown model, an endpoint down after the client's retries) is an EndpointError that stops the run,
         which resumes later."""
-        from openai import APIConnectionError, APIStatusError
+        from openai import APIConnectionError, APIStatusError, APITimeoutError
 
         try:
             return self._request(conv, sampling)
@@ -88,7 +89,11 @@ class OpenAIBackend(RegisteredBackend):
                     404: "check the model name and the URL"}.get(e.status_code, "a rerun resumes what was answered")
             raise EndpointError(redact(f"the endpoint {self.url} answered {e.status_code} for model {self.model!r} "
                                        f"({str(e)[:200]}): {hint}")) from None
-        except APIConnectionError as e:  # timeouts included, after the client's retries
+        except APITimeoutError:
+            raise EndpointError(redact(f"the endpoint {self.url} did not answer within {self.timeout:g} s, "
+                                       f"{self.max_retries + 1} tries: raise --request-timeout for a slow model, or "
+                                       f"check the server; a rerun resumes what was answered")) from None
+        except APIConnectionError as e:  # after the client's retries
             raise EndpointError(redact(f"the endpoint {self.url} cannot be reached ({e}): check the URL; a rerun "
                                        f"resumes what was answered")) from None
 

@@ -62,6 +62,8 @@ class ModelOptions:
     base_url: str | None = model_option(None, "openai backend: endpoint (default $OPENAI_BASE_URL)")
     api_key_env: str = model_option("OPENAI_API_KEY", "openai backend: variable holding the key")
     concurrency: int = model_option(8, "openai backend: requests in flight")
+    request_timeout: float = model_option(180.0, "openai backend: seconds one request may wait for its reply")
+    max_retries: int = model_option(2, "openai backend: retries of a request that timed out or got a 429/5xx")
     hf_batch_size: int = model_option(8, "hf backend: sequences per generate call")
 
 

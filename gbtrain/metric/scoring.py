@@ -22,7 +22,7 @@ from rapidfuzz.distance import Levenshtein
 
 from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
-from gbtrain.data.annotations import load_level
+from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.inference.base import VLLMMemory
 from gbtrain.metric import judges, parsing
 from gbtrain.metric.judges import normalize_text
@@ -462,6 +462,10 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge)
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     loaded = load_level(run.data, run.level, lenient=run.lenient)
+    if not loaded.records:  # a report of "0 groups" would read as a score
+        skipped = f" ({len(loaded.skipped)} skipped as unreadable)" if loaded.skipped else ""
+        raise ValueError(f"{annotation_path(run.data, run.level)} holds no records{skipped}: nothing to score; check "
+                         f"--data and --level")
     preds = read_predictions(run.predictions, allow_duplicates=run.allow_duplicates)
     report = score(loaded.records, preds, opts, judge)
     write_report(report, run.out)

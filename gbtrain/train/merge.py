@@ -50,6 +50,21 @@ def check_base(base: str, adapter: str) -> None:
                          f"--allow-other-base if it holds the same weights under another name)")
 
 
+def check_adapter_weights(adapter: Path) -> None:
+    """A truncated or damaged adapter file is named before the base model loads (PEFT's error names neither)."""
+    from safetensors import SafetensorError, safe_open
+
+    weights = adapter / "adapter_model.safetensors"
+    if not weights.is_file():
+        return
+    try:
+        with safe_open(str(weights), "pt"):
+            pass
+    except SafetensorError as e:
+        raise ValueError(f"{weights} cannot be read ({e}): the file is damaged or truncated; save the adapter "
+                         f"again, or merge one of the run's checkpoint-N folders") from None
+
+
 def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto", allow_other_base: bool = False) -> Path:
     import torch
     from peft import PeftModel
@@ -63,6 +78,7 @@ def merge_lora(base: str, adapter: str, out: str, dtype: str = "auto", allow_oth
     if not any((Path(adapter) / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
         raise FileNotFoundError(f"no adapter weights (adapter_model.safetensors) in {adapter}: point --adapter at a "
                                 f"run that saved its adapter")
+    check_adapter_weights(Path(adapter))
     overlap = overlapping("--out", out, {"--base": base, "--adapter": adapter})
     if overlap:  # save_pretrained deletes the shards of an earlier save it finds in its folder
         raise ValueError(f"{'; '.join(overlap)}: choose another --out")

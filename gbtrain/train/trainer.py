@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 
 import torch
@@ -22,6 +23,8 @@ from gbtrain.data.sft_dataset import (
     finished_build,
     load_sft_dataset,
 )
+from gbtrain.files import write_atomic
+from gbtrain.train.checkpoints import RUN_RECORD, mark_complete, resume_point
 from gbtrain.train.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
 from gbtrain.train.modeling import (
     check_options,
@@ -83,9 +86,10 @@ class GradingSFTTrainer(SFTTrainer):
     """SFTTrainer with per-part learning rates and real-token throughput / MFU in the logs."""
 
     def __init__(self, *args, gb_config: TrainConfig, meter: ThroughputMeter, eval_collator=None,
-                 checkpoint_record: CheckpointRecord | None = None, **kwargs):
+                 checkpoint_record: CheckpointRecord | None = None, run_id: str | None = None, **kwargs):
         self.gb_config = gb_config
         self.checkpoint_record = checkpoint_record
+        self.run_id = run_id
         self.meter = meter
         self.eval_collator = eval_collator
         self.real_tokens_seen = 0
@@ -112,11 +116,26 @@ class GradingSFTTrainer(SFTTrainer):
 
     def _save_checkpoint(self, model, trial):
         """Every checkpoint-N carries the coords, budget and L2 margin it was trained with, so the evaluator (or a
-        checkpoint selection) reads them from the checkpoint itself, as it does from the final model."""
-        super()._save_checkpoint(model, trial)
+        checkpoint selection) reads them from the checkpoint itself, as it does from the final model; it is marked
+        complete once every rank has saved, and only then are older checkpoints rotated out (a save cut short must
+        not leave the run without a complete checkpoint)."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        run_dir = self._get_output_dir(trial=trial)
+        folder = Path(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         if self.checkpoint_record is not None and self.is_world_process_zero():
-            folder = Path(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             write_checkpoint_record(folder, self.checkpoint_record)
+        self.accelerator.wait_for_everyone()
+        if self.is_world_process_zero():
+            mark_complete(folder, self.run_id, self.state.global_step)
+        if self.args.should_save:
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
@@ -182,7 +201,6 @@ def sft_config(cfg: TrainConfig, has_eval: bool) -> SFTConfig:
     )
 
 
-RUN_RECORD = "gbtrain_run.json"
 # Keys a continued run may change: where and how long it runs, and what it logs. Everything else makes
 # the weights, so a run with other values must not continue (or overwrite) this folder's checkpoints.
 _NOT_IDENTITY = {"output_dir", "resume", "num_train_epochs", "max_steps", "eval_steps", "save_steps",
@@ -216,9 +234,10 @@ def _recorded_run(record: Path) -> dict:
     return recorded
 
 
-def claim_output_dir(cfg: TrainConfig, write: bool) -> None:
+def claim_output_dir(cfg: TrainConfig, write: bool) -> str | None:
     """Refuse an output_dir that holds another run's work (its checkpoints would be continued, mixed or deleted
-    by save_total_limit), or this run's finished or saved work without --resume; record this run's identity.
+    by save_total_limit), or this run's finished or saved work without --resume; record this run's identity and
+    return its id (kept when the run continues; it names the run in each checkpoint's completion marker).
     A record without work (a run that stopped before its first save) is replaced: nothing of it can be mixed."""
     out = Path(cfg.output_dir)
     problems = overlapping("output_dir", out, {"model": cfg.model, "dataset": cfg.dataset})
@@ -228,26 +247,37 @@ def claim_output_dir(cfg: TrainConfig, write: bool) -> None:
     identity = run_identity(cfg)
     work = sorted(p.name for p in out.glob("checkpoint-*")) + (["train_summary.json"] if
                                                                (out / "train_summary.json").exists() else [])
+    run_id = None
     if record.is_file() and work:
-        differs = identity_differences(_recorded_run(record), identity)
+        recorded = _recorded_run(record)
+        differs = identity_differences(recorded, identity)
         if differs:
             raise ValueError(f"output_dir {out} holds a run made otherwise ({'; '.join(differs[:6])}): choose "
                              f"another output_dir")
         if not cfg.resume:
             raise ValueError(f"output_dir {out} holds this run's work ({', '.join(work[:5])}): pass --resume to "
                              f"continue it, or choose another output_dir")
+        run_id = recorded.get("run_id")
     elif work:
         raise ValueError(f"output_dir {out} holds work that gbtrain did not record ({', '.join(work[:5])}): "
                          f"choose another output_dir")
     if write:
-        out.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(identity, indent=1) + "\n", encoding="utf-8")
+        run_id = run_id or uuid.uuid4().hex
+        text = json.dumps({**identity, "run_id": run_id}, indent=1) + "\n"
+        if not record.is_file() or record.read_text(encoding="utf-8") != text:  # a continued run's is kept as it is
+            out.mkdir(parents=True, exist_ok=True)
+            write_atomic(record, text)
+    return run_id
 
 
-def last_checkpoint(output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+def resume_checkpoint(cfg: TrainConfig, run_id: str | None) -> str | None:
+    """The checkpoint --resume continues from (None: from the start), checked before any model loads."""
+    if not cfg.resume:
+        return None
+    folder, notes = resume_point(cfg.output_dir, run_id)
+    for note in notes:
+        print(f"[gbtrain] {note}", flush=True)
+    return str(folder) if folder else None
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -256,7 +286,8 @@ def train(cfg: TrainConfig) -> dict:
     require_model(cfg.model)
     budget = resolve_budget(cfg)
     cfg.vision = budget
-    claim_output_dir(cfg, write=int(os.environ.get("RANK", "0")) == 0)  # every rank checks, the first records
+    run_id = claim_output_dir(cfg, write=int(os.environ.get("RANK", "0")) == 0)  # every rank checks, the first records
+    resume = resume_checkpoint(cfg, run_id)
     processor = load_processor(cfg.model, budget)
     datasets, sources, stats = build_datasets(cfg, processor, budget)
     train_ds, eval_ds = datasets["train"], datasets["eval"]
@@ -278,8 +309,7 @@ def train(cfg: TrainConfig) -> dict:
     trainer = GradingSFTTrainer(model=model, args=args, train_dataset=train_ds,
                                 eval_dataset=eval_ds, data_collator=collators["train"], processing_class=processor,
                                 gb_config=cfg, meter=meter, eval_collator=collators["eval"],
-                                checkpoint_record=record)
-    resume = last_checkpoint(cfg.output_dir) if cfg.resume else None
+                                checkpoint_record=record, run_id=run_id)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
     summary = {**stats, "resumed_from": resume, "global_step": result.global_step,

@@ -1,0 +1,24 @@
+"""Files written whole: a run killed (or a disk filling) mid-write leaves the old file or none, never half of one,
+so a file's presence can mark work done."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename. backslashreplace keeps a model reply's lone
+    surrogate the JSON escape it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
