@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
+from gbtrain.config import require_out
 from gbtrain.data.synth.generate import SynthRun, generate_dataset
 
 RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
@@ -22,8 +23,7 @@ RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that h
 def check_out(out: str) -> None:
     """Refuse an empty name (it writes into the current folder) and a folder holding annotations this script did
     not finish writing: a copy of the real data would lose them."""
-    if not out.strip():
-        raise ValueError("--out is empty: name the output folder")
+    require_out(out)
     if (Path(out) / "annotations").exists() and not (Path(out) / RECORD).exists():
         raise ValueError(f"{out} already holds a dataset that synth_pages did not finish (no {RECORD}): choose "
                          f"another --out")

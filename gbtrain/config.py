@@ -144,6 +144,12 @@ def load_config(schema: type[T], path: str | Path | None = None, overrides: list
         raise ValueError(f"bad config{where}: {key}{str(e).splitlines()[0]}") from e
 
 
+def require_out(out: str | Path, flag: str = "--out") -> None:
+    """An output folder must be named: an empty value (an unset shell variable) would mean the current folder."""
+    if not str(out).strip():
+        raise ValueError(f"{flag} is empty: name the output folder")
+
+
 def overlapping(out_name: str, out: str | Path, inputs: dict[str, str | Path]) -> list[str]:
     """`OUT_NAME X is/lies inside/holds NAME Y` for each input folder that an output folder shares a tree with: a
     tool that replaces files in its output would overwrite (or mix its work into) its own input. Inputs that are

@@ -81,6 +81,15 @@ class PixelBudget:
         return {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
 
 
+def aspect_problem(width: int, height: int) -> str | None:
+    """Why an image of this size cannot be shown to the model (smart_resize's limit, as the processors'), or None."""
+    aspect = max(width, height) / min(width, height)
+    if aspect <= MAX_ASPECT_RATIO:
+        return None
+    return (f"the image is {width}x{height}, an aspect ratio of {aspect:.0f}: Qwen-VL processors take at most "
+            f"{MAX_ASPECT_RATIO} (crop or pad it)")
+
+
 def smart_resize(height: int, width: int, factor: int = DEFAULT_FAMILY.patch_factor, min_pixels: int = 56 * 56,
                  max_pixels: int = 14 * 14 * 4 * 1280) -> tuple[int, int]:
     """(height, width), both multiples of `factor`, pixel count within [min, max], aspect kept.

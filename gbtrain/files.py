@@ -1,8 +1,9 @@
 """Files written whole: a run killed (or a disk filling) mid-write leaves the old file or none, never half of one,
-so a file's presence can mark work done."""
+so a file's presence can mark work done; and JSON records read back, whatever a disk or a user left in them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -22,3 +23,13 @@ def write_atomic(path: str | Path, text: str) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
+
+
+def read_json(path: str | Path, errors: str = "strict"):
+    """A JSON file's value. Every way its text can be bad is a ValueError: malformed JSON, bytes that are not UTF-8
+    (with errors="strict"), digits past Python's limit, and nesting past its recursion limit (which json raises as
+    RecursionError, past a reader's `except ValueError`); a file that cannot be opened is an OSError."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8", errors=errors))
+    except RecursionError:
+        raise ValueError("nested too deeply to read (maximum recursion depth exceeded)") from None

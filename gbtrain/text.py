@@ -38,7 +38,8 @@ def safe_name(text: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip(".")[:100]
     if stem == text and stem:
         return stem
-    return f"{stem or 'id'}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+    # surrogatepass: a file name's undecodable bytes (surrogate escapes) hash too
+    return f"{stem or 'id'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(\d+([.,]\d*)?|[.,]\d+)")

@@ -64,7 +64,7 @@ PY=$VENV/bin/python
 DEVICE=(--cpu)
 if $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then DEVICE=(); fi
 # Optional, for speed and quiet (docs/evaluation.md#memory-and-environment); gbtrain sizes vLLM's memory itself.
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1
 export VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 
 log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +100,59 @@ def sft_qwen3vl_dir(synth_dir, tiny_qwen3vl_dir, tmp_path_factory):
                       max_length=4096, tokenizer=str(tiny_qwen3vl_dir), workers=2)
     build_sft_dataset(cfg, progress=False)
     return out
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# each family's tiny model with the SFT set built for it
+FAMILY_RUN_FIXTURES = {"qwen2_5_vl": ("tiny_model_dir", "sft_dir"), "qwen3_vl": ("tiny_qwen3vl_dir", "sft_qwen3vl_dir")}
+RECIPE_LORA = ("finetune=lora", "lora.r=4", "lora.alpha=8", "freeze={vision_tower: true, merger: false, llm: true}",
+               "max_steps=4", "save_steps=2", "eval_steps=2")
+
+
+def launch(sft_dir, tiny_model_dir, out, *overrides, accelerate_args=("--num_processes", "1", "--cpu"),
+           timeout=900, popen=False):
+    """`accelerate launch recipes/sft_qwen.py` with the tiny CPU config, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *accelerate_args, str(ROOT / "recipes" / "sft_qwen.py"),
+           "--config", str(ROOT / "configs" / "sft" / "tiny_cpu.yaml"), f"model={tiny_model_dir}",
+           f"dataset={sft_dir}", f"output_dir={out}", "report_to=[]", "limit_eval_samples=6", *overrides]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="session")
+def recipe_lora(request, tmp_path_factory):
+    """`recipe_lora(family)`: one LoRA run of the recipe per model family (checkpoints at steps 2 and 4, the final
+    adapter at the root) and its merge by recipes/merge_lora.py, made when a test first asks. The merge, evaluation
+    and selection tests share them and only read them (a test that changes a run works on a copy)."""
+    import subprocess
+    import sys
+
+    runs: dict[str, tuple] = {}
+
+    def get(family: str):
+        if family not in runs:
+            model_fixture, sft_fixture = FAMILY_RUN_FIXTURES[family]
+            model, sft = request.getfixturevalue(model_fixture), request.getfixturevalue(sft_fixture)
+            folder = tmp_path_factory.mktemp(f"lora-{family}")
+            run, merged = folder / "run", folder / "merged"
+            launch(sft, model, run, *RECIPE_LORA)
+            proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "merge_lora.py"), "--base", str(model),
+                                   "--adapter", str(run), "--out", str(merged)], capture_output=True, text=True,
+                                  timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            runs[family] = (model, sft, run, merged)
+        return runs[family]
+
+    return get
 
 
 def run_script(tmp_path, source: str, timeout: int = 600):

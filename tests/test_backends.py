@@ -77,13 +77,16 @@ def test_vllm_memory_is_sized_by_gbtrain():
 
 
 @pytest.mark.slow
-def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path):
-    """Through gbtrain's backends: the image-token counts of vLLM and hf equal the builder's, and greedy replies
-    are the same tokens on both although the checkpoint's generation_config.json asks for sampling (tokens, not
-    text: the random miniature emits ids of the padded vocabulary, which each library decodes its own way)."""
+def test_vllm_ranks_and_hf_see_the_budget_and_decode_the_same_in_order(tiny_model_dir, tmp_path):
+    """Through gbtrain's backends, vLLM with --data-parallel-size 2 (two engines in their own processes and cores):
+    the image-token counts of vLLM and hf equal the builder's, and greedy replies come back in order as the same
+    tokens hf decodes, although the checkpoint's generation_config.json asks for sampling (tokens, not text: the
+    random miniature emits ids of the padded vocabulary, which each library decodes its own way)."""
     from gbtrain.inference.hf import HFBackend
 
     assert json.loads((tiny_model_dir / "generation_config.json").read_text())["do_sample"] is True
+    prompts = PROMPTS + [f"Grade question {i}." for i in range(5)]
+    sizes = SIZES + [(300 + 40 * i, 200 + 30 * i) for i in range(5)]
     vllm = run_script(tmp_path, f"""
         import json
         from PIL import Image
@@ -92,51 +95,25 @@ def test_hf_and_vllm_see_the_budget_and_decode_the_same(tiny_model_dir, tmp_path
         from gbtrain.coords import PixelBudget
         if __name__ == "__main__":
             # float32 like the hf backend on CPU, so that greedy replies can be compared token for token
-            backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=4096,
-                                  memory=VLLMMemory(kv_cache_gib=1), dtype="float32")
+            backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=4096, data_parallel_size=2,
+                                  memory=VLLMMemory(kv_cache_gib=0.5), dtype="float32")
             image_id = backend.tokenizer().convert_tokens_to_ids("<|image_pad|>")
-            convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({PROMPTS!r}, {SIZES!r})]
+            convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({prompts!r}, {sizes!r})]
             outputs = backend.generate(convs, SamplingOptions(max_tokens=12))
+            backend.close()
             print("RESULT " + json.dumps({{"image_tokens": [o.prompt_token_ids.count(image_id) for o in outputs],
                                            "tokens": [list(o.outputs[0].token_ids) for o in outputs]}}))
     """)
-    builder = [BUDGET.image_tokens(w, h) for w, h in SIZES]
+    builder = [BUDGET.image_tokens(w, h) for w, h in sizes]
     assert vllm["image_tokens"] == builder
 
-    hf = HFBackend(str(tiny_model_dir), BUDGET, batch_size=3)
-    convs = [[message(p, gray(w, h))] for p, (w, h) in zip(PROMPTS, SIZES, strict=True)]
+    hf = HFBackend(str(tiny_model_dir), BUDGET, batch_size=len(prompts))
+    convs = [[message(p, gray(w, h))] for p, (w, h) in zip(prompts, sizes, strict=True)]
     ids = hf.encode(convs)["input_ids"]
     assert [image_token_count(row, hf.processor.tokenizer) for row in ids] == builder
-    assert hf.generate(convs, SamplingOptions(max_tokens=12)) == vllm["tokens"]
-
-
-@pytest.mark.slow
-def test_vllm_data_parallel_ranks_answer_in_order(tiny_model_dir, tmp_path):
-    """--data-parallel-size 2: two engines in their own processes and cores; the batch comes back in order and
-    decodes exactly what one engine (and hf) decodes."""
-    from gbtrain.inference.hf import HFBackend
-
-    prompts = [f"Grade question {i}." for i in range(5)]
-    sizes = [(300 + 40 * i, 200 + 30 * i) for i in range(5)]
-    tokens = run_script(tmp_path, f"""
-        import json
-        from PIL import Image
-        from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
-        from gbtrain.inference.vllm import VLLMBackend
-        from gbtrain.coords import PixelBudget
-        if __name__ == "__main__":
-            backend = VLLMBackend({str(tiny_model_dir)!r}, PixelBudget(), max_model_len=2048, data_parallel_size=2,
-                                  memory=VLLMMemory(kv_cache_gib=0.5), dtype="float32")
-            convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({prompts!r}, {sizes!r})]
-            outputs = backend.generate(convs, SamplingOptions(max_tokens=8))
-            backend.close()
-            print("RESULT " + json.dumps([list(o.outputs[0].token_ids) for o in outputs]))
-    """)
-    hf = HFBackend(str(tiny_model_dir), BUDGET, batch_size=5)
-    expected = hf.generate([[message(p, gray(w, h))] for p, (w, h) in zip(prompts, sizes, strict=True)],
-                           SamplingOptions(max_tokens=8))
+    expected = hf.generate(convs, SamplingOptions(max_tokens=12))
     assert len({tuple(t) for t in expected}) > 1  # distinct replies, so a mixed-up order would show
-    assert tokens == expected
+    assert vllm["tokens"] == expected
 
 
 def test_credentials_in_a_url_never_reach_a_report():

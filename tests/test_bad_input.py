@@ -347,6 +347,18 @@ def all_of(*checks: Callable[[Env, str], str | None]) -> Callable[[Env, str], st
     return check
 
 
+def unwritable_out_cases(script: str, args: Callable[..., list[str]], setup: Callable[[Env], None]) -> list[Case]:
+    """An --out that cannot be a folder of the tool's: a file, inside a read-only folder, an empty name."""
+    return [
+        Case("out-a-file", script, args(out="{box}/f.txt"), A_FILE, setup=chain(setup, write("f.txt", "x")),
+             outputs=()),
+        Case("out-read-only", script, args(out="{box}/ro/out"), RO,
+             setup=chain(setup, lambda env: read_only(env, "ro")), outputs=()),
+        Case("out-empty-name", script, args(out=""), r"--out is empty: name the output folder", setup=setup,
+             outputs=()),
+    ]
+
+
 # ----------------------------------------------------------------------------------------------- eval/score.py
 SCORE = "eval/score.py"
 
@@ -539,9 +551,10 @@ EVAL_BASE = {"--model": "ok", "--backend": "openai", "--base-url": "{url}", "--d
              "--min-pixels": str(TEST_MIN_PIXELS), "--max-pixels": str(TEST_MAX_PIXELS)}
 
 
-def eval_args(*flags: str, **opts: str | None) -> list[str]:
-    """run_eval's arguments: EVAL_BASE with options changed (key min_pixels -> --min-pixels; None drops it)."""
-    merged = dict(EVAL_BASE)
+def option_args(base: dict[str, str], flags: tuple[str, ...], opts: dict[str, str | None]) -> list[str]:
+    """A tool's arguments: `base` with options changed (key min_pixels -> --min-pixels; None drops it), then
+    `flags`."""
+    merged = dict(base)
     for key, value in opts.items():
         flag = "--" + key.replace("_", "-")
         if value is None:
@@ -549,6 +562,11 @@ def eval_args(*flags: str, **opts: str | None) -> list[str]:
         else:
             merged[flag] = value
     return [x for kv in merged.items() for x in kv] + list(flags)
+
+
+def eval_args(*flags: str, **opts: str | None) -> list[str]:
+    """run_eval's arguments: EVAL_BASE with options changed (option_args)."""
+    return option_args(EVAL_BASE, flags, opts)
 
 
 def earlier_run(changes: dict | None = None, edit: Callable[[dict], None] | None = None, data_rel: str | None = None):
@@ -1316,20 +1334,1042 @@ def tiny_cases() -> list[Case]:
     ]
 
 
+# ----------------------------------------------------------------------------------------------- convert.py
+CONVERT = "data_builders/convert.py"
+EXPORTS = {"labelstudio": "labelstudio/export.json", "cvat": "cvat/annotations.xml", "labelme": "labelme",
+           "coco": "coco/instances.json"}  # in box/x (see `exports`)
+
+
+def convert_args(*extra: str, fmt: str = "labelstudio", export: str | None = None, out: str = "{box}/out",
+                 images: str = "{box}/x/images", mapping: str | None = None) -> list[str]:
+    return ["--mapping", mapping or f"{{box}}/x/{fmt}/mapping.yaml", "--export", export or f"{{box}}/x/{EXPORTS[fmt]}",
+            "--images", images, "--out", out, *extra]
+
+
+def exports(env: Env) -> None:
+    """box/x: the two pages of tests/fixtures/convert exported by each tool, each tool's mapping beside its export
+    (Label Studio's: configs/convert/example.yaml), and their images."""
+    copy_fixture("convert", "x")(env)
+    shutil.copyfile(ROOT / "configs" / "convert" / "example.yaml", env.box / "x" / "labelstudio" / "mapping.yaml")
+
+
+def edit_export(fmt: str, *edits: Callable, name: str = "p1.json") -> Callable[[Env], None]:
+    """`exports`, then the JSON export of `fmt` (labelme: its file `name`) changed by each edit (set_key style:
+    `0.data.image` is task 0's image in Label Studio's list of tasks; {outside} etc. in the values filled in)."""
+    def setup(env: Env) -> None:
+        exports(env)
+        path = env.box / "x" / (f"labelme/{name}" if fmt == "labelme" else EXPORTS[fmt])
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for edit in edits:
+            edit(doc)
+        replace_file(path, env.sub(json.dumps(doc, ensure_ascii=False)))
+    return setup
+
+
+def ls_region(rid: str, edit: Callable[[dict], None], control: str | None = None) -> Callable[[list], None]:
+    """An edit of a Label Studio export: the result of region `rid` that holds its shape (rectanglelabels /
+    polygonlabels), or the value of its per-region `control` (qid, hand, verdict, ...)."""
+    def change(tasks: list) -> None:
+        edit(next(r for t in tasks for r in t["annotations"][0]["result"] if r["id"] == rid and (
+            r["from_name"] == control if control else r["type"].endswith("labels"))))
+    return change
+
+
+def edit_cvat(*replacements: tuple[str, str]) -> Callable[[Env], None]:
+    """`exports`, then the CVAT XML with the first `old` of each (old, new) replaced by `new`."""
+    def setup(env: Env) -> None:
+        exports(env)
+        path = env.box / "x" / EXPORTS["cvat"]
+        text = path.read_text(encoding="utf-8")
+        for old, new in replacements:
+            assert old in text, old
+            text = text.replace(old, new, 1)
+        replace_file(path, text)
+    return setup
+
+
+def page_image(rel: str, width: int, height: int, kind: str = "PNG") -> Callable[[Env], None]:
+    """box/rel: a blank page of width x height (a grey box where an answer would be), in PIL format `kind`."""
+    def setup(env: Env) -> None:
+        from PIL import Image, ImageDraw
+
+        image = Image.new("RGB", (width, height), "white")
+        ImageDraw.Draw(image).rectangle((width // 8, height // 8, width // 2, height // 4), fill="grey")
+        buf = io.BytesIO()
+        image.save(buf, format=kind)
+        replace_file(env.box / rel, buf.getvalue())
+    return setup
+
+
+def cut_short(rel: str, keep: int, fixture: str = "convert") -> Callable[[Env], None]:
+    """box/rel: the first `keep` bytes of the same file of a fixture (box/x holds a copy of it)."""
+    return lambda env: replace_file(env.box / rel, (env.fixtures[fixture] / Path(rel).relative_to("x")).read_bytes()
+                                    [:keep])
+
+
+def secret_image(env: Env) -> None:
+    """outside/p1.jpg: a page image outside the images folder, that no export may make the converter read."""
+    shutil.copyfile(env.fixtures["convert"] / "images" / "p1.jpg", env.outside / "p1.jpg")
+
+
+def earlier_conversion(fmt: str = "cvat") -> Callable[[Env], None]:
+    """box/out as an earlier conversion left it."""
+    def setup(env: Env) -> None:
+        from gbtrain.data.converters import convert, load_mapping
+
+        convert(env.box / "x" / EXPORTS[fmt], load_mapping(env.box / "x" / fmt / "mapping.yaml"), env.box / "out",
+                images=env.box / "x" / "images", progress=False)
+    return setup
+
+
+def converted(**expected) -> Callable[[Env, str], str | None]:
+    return report_has("out/convert_report.json", status="complete", **expected)
+
+
+def left_out(n: int, says: str, written: int = 2) -> Callable[[Env, str], str | None]:
+    """A lenient conversion that left `n` items out, the first saying `says`, and wrote `written` pages."""
+    return converted(pages__written=written,
+                     unmapped=lambda u: len(u) == n and re.search(says, u[0]["message"]) is not None)
+
+
+def convert_cases() -> list[Case]:
+    x = exports
+    ls, coco = "labelstudio", "coco"
+    page1 = r"export\.json \[task 101\]: page left out: "
+    escape = "../../../outside/p1.jpg"  # from box/x/images (and from box/x/labelme): tmp/outside
+    unmapped = r".*: fix the export or the mapping, or rerun with --lenient"
+    mapping_file = "{box}/m.yaml"
+    return [
+        # the mapping
+        Case("mapping-missing", CONVERT, convert_args(mapping="{box}/none.yaml"), r"/none\.yaml: No such file",
+             setup=x, outputs=()),
+        Case("mapping-a-folder", CONVERT, convert_args(mapping="{box}/x"), r"/x: Is a directory", setup=x,
+             outputs=()),
+        Case("mapping-malformed", CONVERT, convert_args(mapping=mapping_file), r"bad config \S+/m\.yaml: ",
+             setup=chain(x, write("m.yaml", "format: labelstudio\nfields: {id: [qid\n")), outputs=()),
+        Case("mapping-not-utf8", CONVERT, convert_args(mapping=mapping_file), r"bad config \S+/m\.yaml: ",
+             setup=chain(x, write("m.yaml", b"format: \xff\xfe\n")), outputs=()),
+        Case("mapping-unknown-key", CONVERT, convert_args(mapping=mapping_file),
+             r"bad config in \S+/m\.yaml: answer_lables: ", setup=chain(x, write("m.yaml", "format: labelstudio\n"
+                                                                                    "answer_lables: [answer]\n")),
+             outputs=()),
+        Case("mapping-without-format", CONVERT, convert_args(mapping=mapping_file),
+             r"missing required config value\(s\): format", setup=chain(x, write("m.yaml", "subject: Science\n")),
+             outputs=()),
+        Case("mapping-format-unknown", CONVERT, convert_args("format=photoshop"),
+             r"bad mapping \S+/mapping\.yaml: format: 'photoshop' is not one of labelstudio, cvat", setup=x,
+             outputs=()),
+        Case("mapping-label-twice", CONVERT, convert_args("question_labels=[answer]"),
+             r"question_labels: label 'answer' is also in answer_labels", setup=x, outputs=()),
+        Case("mapping-no-answer-label", CONVERT, convert_args("answer_labels=[]"),
+             r"answer_labels: name at least one label", setup=x, outputs=()),
+        Case("mapping-verdict-unknown", CONVERT, convert_args("verdicts.ok=fine"),
+             r"verdicts\.ok: 'fine' is not one of right, wrong", setup=x, outputs=()),
+        Case("mapping-id-field-null", CONVERT, convert_args("fields.id=null"),
+             r"fields\.id: required \(the attribute that holds it\)", setup=x, outputs=()),
+        Case("mapping-stage-unknown", CONVERT, convert_args("stage=Kindergarten"),
+             r"stage: 'Kindergarten' is not a known stage", setup=x, outputs=()),
+        Case("mapping-labels-a-number", CONVERT, convert_args("answer_labels=5"),
+             r"bad config in \S+/mapping\.yaml: answer_labels: ",
+             setup=x, outputs=()),
+        Case("override-without-equals", CONVERT, convert_args("subject"), r"overrides must be key=value", setup=x,
+             outputs=()),
+        Case("override-interpolation", CONVERT, convert_args("subject=${oc.env:HOME}"),
+             r"subject: \$\{\.\.\.\} interpolation is not read", setup=x, outputs=()),
+        Case("format-unknown", CONVERT, convert_args("--format", "yolo"), r"--format: invalid choice: 'yolo'",
+             setup=x, outputs=()),
+        Case("format-of-another-tool", CONVERT, convert_args("--format", "cvat"),
+             r"export\.json: not an XML file", setup=x, outputs=()),
+        # the export
+        Case("export-missing", CONVERT, convert_args(export="{box}/none.json"), r"export not found: \S+/none\.json",
+             setup=x, outputs=()),
+        Case("export-empty", CONVERT, convert_args(), r"export\.json: not a JSON file",
+             setup=chain(x, write("x/labelstudio/export.json", "")), outputs=()),
+        Case("export-a-zip", CONVERT, convert_args(export="{box}/x/task.zip"), r"task\.zip is a zip archive: unzip it",
+             setup=chain(x, write("x/task.zip", b"PK\x03\x04")), outputs=()),
+        Case("export-a-folder", CONVERT, convert_args(export="{box}/x/labelstudio"),
+             r"--export \S+/labelstudio is a folder: a labelstudio export is one file", setup=x, outputs=()),
+        Case("export-not-utf8", CONVERT, convert_args(), r"export\.json: not a JSON file",
+             setup=chain(x, write("x/labelstudio/export.json", b'[{"data": {"image": "\xff"}}]')), outputs=()),
+        Case("export-bom", CONVERT, convert_args(), code=0, check=converted(records__L3=2),
+             setup=chain(x, lambda env: replace_file(env.box / "x/labelstudio/export.json", b"\xef\xbb\xbf" + (
+                 env.fixtures["convert"] / EXPORTS[ls]).read_bytes()))),
+        Case("export-nested-100000-deep", CONVERT, convert_args(),
+             r"export\.json: not a JSON file \(maximum recursion depth",
+             setup=chain(x, write("x/labelstudio/export.json", "[" * 100_000)), outputs=()),
+        Case("export-5001-digit-number", CONVERT, convert_args(), r"export\.json: not a JSON file \(Exceeds the limit",
+             setup=chain(x, write("x/labelstudio/export.json", '[{"id": ' + "9" * 5001 + "}]")), outputs=()),
+        Case("export-json-min", CONVERT, convert_args(), r"export\.json: no task has 'annotations': export with Label "
+             r"Studio's \"JSON\" format", setup=chain(x, write("x/labelstudio/export.json",
+                                                                '[{"id": 1, "image": "p1.jpg", "label": []}]')),
+             outputs=()),
+        Case("export-an-object", CONVERT, convert_args(), r"export\.json: not a Label Studio JSON export",
+             setup=chain(x, write("x/labelstudio/export.json", '{"tasks": []}')), outputs=()),
+        Case("export-no-tasks", CONVERT, convert_args(),
+             r"export\.json: no page could be converted \(0 in the export\)",
+             setup=chain(x, write("x/labelstudio/export.json", "[]")), outputs=()),
+        Case("images-missing", CONVERT, convert_args(images="{box}/noimages"), r"images folder not found: \S+/noimages",
+             setup=x, outputs=()),
+        # image paths that leave the images folder: never read, never copied into the dataset
+        *[Case(f"image-path-{name}", CONVERT, convert_args(),
+               page1 + rf"image {re.escape(repr(ref))} is \S+/outside/p1\.jpg, outside the images folder .*--images",
+               setup=chain(edit_export(ls, set_key("0.data.image", ref)), secret_image), outputs=())
+          for name, ref in (("dotdot", escape), ("url-encoded", escape.replace("..", "%2e%2e")),
+                            ("local-files", "/data/local-files/?d=" + escape),
+                            ("local-files-encoded", "/data/local-files/?d=" + escape.replace("/", "%2F")),
+                            ("backslashes", escape.replace("/", "\\")))],
+        Case("image-path-absolute", CONVERT, convert_args(), page1 + r"image file not found: '\S+/outside/p1\.jpg'",
+             setup=chain(edit_export(ls, set_key("0.data.image", "{outside}/p1.jpg")), secret_image,
+                         lambda env: (env.box / "x/images/p1.jpg").unlink()), outputs=()),
+        Case("image-path-dotdot-lenient", CONVERT, convert_args("--lenient"), code=0,
+             check=left_out(1, r"outside the images folder", written=1),
+             setup=chain(edit_export(ls, set_key("0.data.image", escape)), secret_image)),
+        Case("image-symlink-out", CONVERT, convert_args(fmt=coco), r"\[image 'p1\.jpg'\]: page left out: image "
+             r"'p1\.jpg' is \S+/outside/p1\.jpg, outside the images folder",
+             setup=chain(x, secret_image, lambda env: (env.box / "x/images/p1.jpg").unlink(),
+                         lambda env: (env.box / "x/images/p1.jpg").symlink_to(env.outside / "p1.jpg")), outputs=()),
+        Case("coco-file-name-dotdot", CONVERT, convert_args(fmt=coco), r"instances\.json \[image '\.\./.*'\]: page "
+             r"left out: image .* outside the images folder",
+             setup=chain(edit_export(coco, set_key("images.0.file_name", escape)), secret_image), outputs=()),
+        Case("cvat-name-dotdot", CONVERT, convert_args(fmt="cvat"), r"annotations\.xml \[image '\.\./.*'\]: page left "
+             r"out: image .* outside the images folder",
+             setup=chain(edit_cvat(('name="p1.jpg"', f'name="{escape}"')), secret_image), outputs=()),
+        Case("labelme-image-path-dotdot", CONVERT, convert_args(fmt="labelme"), r"p1\.json \[image '\.\./.*'\]: page "
+             r"left out: image .* outside the images folder",
+             setup=chain(edit_export("labelme", set_key("imagePath", escape)), secret_image), outputs=()),
+        Case("image-name-ambiguous", CONVERT, convert_args(), page1 + r"image name 'p1\.jpg' matches 2 files under",
+             setup=chain(x, make_dir("x/images/a"), make_dir("x/images/b"),
+                         lambda env: shutil.copy(env.box / "x/images/p1.jpg", env.box / "x/images/b"),
+                         lambda env: (env.box / "x/images/p1.jpg").rename(env.box / "x/images/a/p1.jpg")),
+             outputs=()),
+        # duplicate ids
+        Case("coco-duplicate-image-id", CONVERT, convert_args(fmt=coco), r"instances\.json: two images have id 1 "
+             r"\('p1\.jpg' and 'p2\.png'\): give each image its own id",
+             setup=edit_export(coco, set_key("images.1.id", 1)), outputs=()),
+        Case("ls-duplicate-region-id", CONVERT, convert_args(), r"\[task 101, region 'p1a0'\]: 2 shapes or repeated "
+             r"controls share this region id: give each region its own id" + unmapped,
+             setup=edit_export(ls, ls_region("p1a1", set_key("id", "p1a0"))), outputs=()),
+        Case("ls-duplicate-region-id-lenient", CONVERT, convert_args("--lenient"), code=0,
+             check=left_out(1, "share this region id"),
+             setup=edit_export(ls, ls_region("p1a1", set_key("id", "p1a0")))),
+        # coordinates of the wrong type or size
+        *[Case(f"ls-coordinate-{name}", CONVERT, convert_args(),
+               r"\[task 101, region 'p1a0'\]: unreadable rectanglelabels coordinates" + unmapped,
+               setup=edit_export(ls, ls_region("p1a0", set_key(f"value.{key}", value))), outputs=())
+          for name, key, value in (("string", "x", "31.25"), ("bool", "y", True), ("401-digit", "width", 10 ** 401),
+                                   ("null", "height", None), ("nan", "x", float("nan")),
+                                   ("infinity", "width", float("inf")), ("a-list", "x", [31.25]),
+                                   ("rotation-string", "rotation", "90"))],
+        Case("ls-polygon-two-points", CONVERT, convert_args(),
+             r"\[task 101, region 'p1a2'\]: unreadable polygonlabels coordinates",
+             setup=edit_export(ls, ls_region("p1a2", set_key("value.points", [[12.5, 34.4], [52.1, 33.1]]))),
+             outputs=()),
+        Case("ls-size-a-string", CONVERT, convert_args(),
+             r"\[task 101, region 'p1a0'\]: no original_width / original_height",
+             setup=edit_export(ls, ls_region("p1a0", set_key("original_width", "480"))), outputs=()),
+        Case("coco-bbox-strings", CONVERT, convert_args(fmt=coco),
+             r"\[image 'p1\.jpg', annotation 4\]: no polygon segmentation and no bbox",
+             setup=edit_export(coco, set_key("annotations.3.bbox", ["150", "80", "60", "40"])), outputs=()),
+        Case("coco-bbox-1e999", CONVERT, convert_args(fmt=coco),
+             r"\[image 'p1\.jpg', annotation 4\]: no polygon segmentation and no bbox",
+             setup=edit_export(coco, set_key("annotations.3.bbox", [float("inf"), 80, 60, 40])), outputs=()),
+        Case("coco-category-unknown", CONVERT, convert_args(fmt=coco),
+             r"\[image 'p1\.jpg', annotation 4\]: category_id 99 is not in categories",
+             setup=edit_export(coco, set_key("annotations.3.category_id", 99)), outputs=()),
+        Case("coco-annotation-of-no-image", CONVERT, convert_args(fmt=coco),
+             r"instances\.json: annotation 3 names no image of the file \(image_id 99\)",
+             setup=edit_export(coco, set_key("annotations.3.image_id", 99)), outputs=()),
+        Case("coco-images-an-object", CONVERT, convert_args(fmt=coco), r"instances\.json: not a COCO JSON file",
+             setup=edit_export(coco, set_key("images", {"1": "p1.jpg"})), outputs=()),
+        Case("cvat-malformed", CONVERT, convert_args(fmt="cvat"), r"annotations\.xml: not an XML file",
+             setup=chain(x, write("x/cvat/annotations.xml", "<annotations><image name='p1.jpg'>")), outputs=()),
+        Case("cvat-billion-laughs", CONVERT, convert_args(fmt="cvat"), r"annotations\.xml: not an XML file \(",
+             setup=chain(x, write("x/cvat/annotations.xml", '<?xml version="1.0"?><!DOCTYPE a [<!ENTITY l0 "lol">'
+                                  + "".join(f'<!ENTITY l{i} "' + f"&l{i - 1};" * 10 + '">' for i in range(1, 10))
+                                  + "]><annotations>&l9;</annotations>")), outputs=(), limit_s=HOSTILE_S),
+        Case("cvat-external-entity", CONVERT, convert_args(fmt="cvat"), r"annotations\.xml: not an XML file \(",
+             setup=chain(x, secret_image, write("x/cvat/annotations.xml", '<?xml version="1.0"?><!DOCTYPE a ['
+                                                '<!ENTITY s SYSTEM "file://{outside}/p1.jpg">]><annotations><image '
+                                                'name="&s;" width="480" height="640"/></annotations>')), outputs=()),
+        Case("cvat-video", CONVERT, convert_args(fmt="cvat"), r"annotations\.xml: a 'CVAT for video' export .*"
+             r"'CVAT for images 1\.1'", setup=chain(x, write("x/cvat/annotations.xml", "<annotations><track id='0' "
+                                                              "label='answer'/></annotations>")), outputs=()),
+        Case("cvat-box-nan", CONVERT, convert_args(fmt="cvat"), r"\[image 'p1\.jpg', box #0\]: unreadable box "
+             r"coordinates", setup=edit_cvat(('xtl="24.00"', 'xtl="nan"')), outputs=()),
+        Case("cvat-polyline", CONVERT, convert_args(fmt="cvat"), r"\[image 'p1\.jpg', polyline #5\]: shape 'polyline' "
+             r"cannot be a box: draw a box or polygon",
+             setup=edit_cvat(("<polygon", "<polyline"), ("</polygon>", "</polyline>")), outputs=()),
+        Case("labelme-not-labelme", CONVERT, convert_args(fmt="labelme"), r"labelme/p1\.json: not a labelme file",
+             setup=chain(x, write("x/labelme/p1.json", '{"images": [], "annotations": []}')), outputs=()),
+        Case("labelme-empty-folder", CONVERT, convert_args(fmt="labelme", export="{box}/x/none"),
+             r"\S+/none: no labelme \*\.json files in this folder", setup=chain(x, make_dir("x/none")), outputs=()),
+        Case("labelme-image-data-not-base64", CONVERT, convert_args(fmt="labelme"),
+             r"p1\.json \[image '\S+'\]: page left out: imageData is not base64",
+             setup=edit_export("labelme", set_key("imageData", "not base64!")), outputs=()),
+        Case("labelme-circle", CONVERT, convert_args(fmt="labelme"), r"\[image '\S+', shape #3\]: shape 'circle' "
+             r"cannot be a box", setup=edit_export("labelme", set_key("shapes.3.shape_type", "circle")), outputs=()),
+        # boxes at and past the image's edge (the reader's 2% tolerance), empty and rotated boxes
+        Case("box-past-edge-within-tolerance", CONVERT, convert_args(fmt=coco), code=0, check=converted(records__L3=2),
+             setup=edit_export(coco, set_key("annotations.0.bbox", [24, 40, 460.8, 110]))),
+        Case("box-past-edge", CONVERT, convert_args(fmt=coco), r"\[image 'p1\.jpg', annotation 1\]: box "
+             r"\[24\.0, 40\.0, 494\.0, 150\.0\] lies outside the 480x640 image",
+             setup=edit_export(coco, set_key("annotations.0.bbox", [24, 40, 470, 110])), outputs=()),
+        Case("box-empty", CONVERT, convert_args(fmt=coco), r"\[image 'p1\.jpg', annotation 4\]: empty box",
+             setup=edit_export(coco, set_key("annotations.3.bbox", [150, 80, 0, 40])), outputs=()),
+        Case("box-rotated-off-the-page", CONVERT, convert_args(), r"\[task 101, region 'p1q0'\]: box .* lies outside "
+             r"the 480x640 image", setup=edit_export(ls, ls_region("p1q0", set_key("value.rotation", 180))),
+             outputs=()),
+        # the images
+        *[Case(f"image-{kind}", CONVERT, convert_args(), page1 + rf"cannot read image \S+/p1\.jpg: {msg}",
+               setup=chain(x, damage), outputs=())
+          for kind, damage, msg in (("truncated", cut_short("x/images/p1.jpg", 2000), r"image file is truncated"),
+                                    ("garbage", write("x/images/p1.jpg", bytes(range(256)) * 16),
+                                     "cannot identify image file"),
+                                    ("empty", write("x/images/p1.jpg", b""), "cannot identify image file"),
+                                    ("bomb", write("x/images/p1.jpg", bomb_png()), r".*(bomb|exceeds limit)"))],
+        Case("image-missing", CONVERT, convert_args(),
+             page1 + r"image file not found: '/data/upload/7/3f2a9c1e-p1\.jpg' \(looked for .* set --images\)",
+             setup=chain(x, lambda env: (env.box / "x/images/p1.jpg").unlink()), outputs=()),
+        Case("image-other-size", CONVERT, convert_args(), page1 + r"image \S+/p1\.jpg is 400x600, the export says "
+             r"480x640", setup=chain(x, page_image("x/images/p1.jpg", 400, 600)), outputs=()),
+        Case("image-bomb-lenient", CONVERT, convert_args("--lenient"), code=0,
+             check=left_out(1, "cannot read image", written=1), setup=chain(x, write("x/images/p1.jpg", bomb_png()))),
+        Case("image-name-not-ascii", CONVERT, convert_args(fmt=coco), code=0, check=converted(records__L3=2),
+             setup=chain(edit_export(coco, set_key("images.0.file_name", "第一页 p1.jpg")),
+                         lambda env: (env.box / "x/images/p1.jpg").rename(env.box / "x/images/第一页 p1.jpg"))),
+        # the annotations' content
+        Case("verdict-unknown", CONVERT, convert_args(), r"\[task 101, region 'p1a0'\]: verdict 'maybe' is not right "
+             r"/ wrong / half_right / unanswered / unknown or an alias \(add it under verdicts: in the mapping\)",
+             setup=edit_export(ls, ls_region("p1a0", set_key("value.choices", ["maybe"]), control="verdict")),
+             outputs=()),
+        Case("verdict-an-alias-of-the-mapping", CONVERT, convert_args("verdicts.maybe=unknown"), code=0,
+             check=converted(records__L3=2),
+             setup=edit_export(ls, ls_region("p1a0", set_key("value.choices", ["maybe"]), control="verdict"))),
+        Case("no-transcription", CONVERT, convert_args(), r"\[task 101, region 'p1a0'\]: answer 1-1: no transcription "
+             r"\(field 'hand'\); an answer left blank has the verdict unanswered",
+             setup=edit_export(ls, ls_region("p1a0", set_key("value.text", []), control="hand")), outputs=()),
+        Case("answer-outside-its-question", CONVERT, convert_args(), r"\[task 101, region 'p1a2'\]: answer 5 lies in "
+             r"the region of question 2, not of question 5",
+             setup=edit_export(ls, ls_region("p1a2", set_key("value.text", ["5"]), control="qid")), outputs=()),
+        Case("no-subject", CONVERT, convert_args(fmt=coco), r"\[image 'p1\.jpg'\]: page left out: no subject: set "
+             r"subject: in the mapping", setup=edit_export(coco, set_key("images.0.subject", "")), outputs=()),
+        Case("every-page-left-out-lenient", CONVERT, convert_args("--lenient", images="{box}/empty"),
+             r"export\.json: no page could be converted \(2 in the export\)", setup=chain(x, make_dir("empty")),
+             outputs=()),
+        # the output folder
+        Case("out-is-images", CONVERT, convert_args(out="{box}/x/images"), OVERLAP, setup=x, outputs=()),
+        Case("out-inside-images", CONVERT, convert_args(out="{box}/x/images/out"), OVERLAP, setup=x, outputs=()),
+        Case("out-holds-images", CONVERT, convert_args(out="{box}/x"), OVERLAP, setup=x, outputs=()),
+        Case("out-inside-export-folder", CONVERT, convert_args(fmt="labelme", out="{box}/x/labelme/out"), OVERLAP,
+             setup=x, outputs=()),
+        Case("out-is-export-file", CONVERT, convert_args(out="{box}/x/labelstudio/export.json"),
+             r"export\.json: (File exists|Not a directory)", setup=x, outputs=()),
+        *unwritable_out_cases(CONVERT, convert_args, x),
+        Case("out-holds-other-files", CONVERT, convert_args(), r"--out \S+/out holds files that are not a conversion "
+             r"\(no (readable )?convert_report\.json\): choose another --out",
+             setup=chain(x, write("out/images/mine.jpg", "the user's")), outputs=()),
+        *[Case(f"out-report-{name}", CONVERT, convert_args(), r"--out \S+/out holds files that are not a conversion "
+               r"\(no readable convert_report\.json\): choose another --out",
+               setup=chain(x, write("out/images/mine.jpg", "the user's"), write("out/convert_report.json", text)),
+               outputs=())
+          for name, text in (("not-json", "{half"), ("a-list", "[]"), ("of-another-tool", '{"status": "ok"}'),
+                             ("nested", "[" * 100_000))],
+        Case("out-earlier-conversion", CONVERT, convert_args(fmt=coco), code=0,
+             check=all_of(converted(format="coco"), exists("out/notes.txt")),
+             setup=chain(x, earlier_conversion("cvat"), write("out/notes.txt", "kept"))),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- preview.py
+PREVIEW = "data_builders/preview.py"
+
+
+def preview_args(*extra: str, data: str = "{box}/data", out: str = "{box}/out") -> list[str]:
+    return ["--data", data, "--out", out, "--pages", "2", *extra]
+
+
+def printed(pattern: str) -> Callable[[Env, str], str | None]:
+    """What the command printed (stdout) matches `pattern`."""
+    return lambda env, stdout: None if re.search(pattern, stdout) else f"stdout does not match {pattern!r}"
+
+
+def previewed(level: str = "L3", drawn: int = 1, **levels) -> Callable[[Env, str], str | None]:
+    """summary.json says `drawn` records of `level` were drawn (each a file inside out/) and has `levels` (a
+    level's counts: L1__records=3); `problems=n`: that many records rejected in all."""
+    problems = levels.pop("problems", None)
+
+    def check(env: Env, stdout: str) -> str | None:
+        found = report_has("out/summary.json", drawn__level=level, drawn__files=lambda f: len(f) == drawn and all(
+            (env.box / "out").resolve() in Path(p).resolve().parents and Path(p).is_file() for p in f),
+            **{f"levels__{k}": v for k, v in levels.items()})(env, stdout)
+        if found or problems is None:
+            return found
+        summary = json.loads((env.box / "out/summary.json").read_text(encoding="utf-8"))
+        got = sum(len(s["problems"]) for s in summary["levels"].values())
+        return None if got == problems else f"{got} records rejected, not {problems}"
+    return check
+
+
+def earlier_preview(env: Env) -> None:
+    """box/out as an earlier preview of box/data left it."""
+    from gbtrain.data.preview import preview
+
+    preview(env.box / "data", env.box / "out", pages=1)
+
+
+def preview_cases() -> list[Case]:
+    d = data()
+    rejected = previewed(problems=1)
+    return [
+        # options
+        Case("pages-negative", PREVIEW, preview_args("--pages", "-1"), r"--pages -1: must be at least 0", setup=d,
+             outputs=()),
+        Case("pages-not-a-number", PREVIEW, preview_args("--pages", "all"), r"--pages: invalid int value: 'all'",
+             setup=d, outputs=()),
+        Case("pages-0", PREVIEW, preview_args("--pages", "0"), code=0, check=previewed(drawn=0), setup=d),
+        Case("pages-a-billion", PREVIEW, preview_args("--pages", "1000000000", "--level", "L1"), code=0,
+             check=previewed("L1", drawn=3), setup=d),
+        Case("level-unknown", PREVIEW, preview_args("--level", "L4"), r"--level: invalid choice: 'L4'", setup=d,
+             outputs=()),
+        Case("level-absent", PREVIEW, preview_args("--level", "L3"), r"--level L3: \S+/data has no L3 annotations "
+             r"\(it has L1\)", setup=data({"L1": 2}), outputs=()),
+        Case("data-not-given", PREVIEW, ["--out", "{box}/out"], r"the following arguments are required: --data",
+             outputs=()),
+        Case("data-missing", PREVIEW, preview_args(data="{box}/nodata"), r"data directory not found: \S+/nodata",
+             outputs=()),
+        Case("data-a-file", PREVIEW, preview_args(data="{box}/f.txt"), r"data directory not found: \S+/f\.txt",
+             setup=write("f.txt", "x"), outputs=()),
+        Case("data-empty", PREVIEW, preview_args(), r"annotations: no L1/L2/L3 annotation files",
+             setup=make_dir("data"), outputs=()),
+        Case("config-unknown-key", PREVIEW, ["--config", "{box}/c.yaml", *preview_args()],
+             r"--config \S+/c\.yaml or key=value: unknown key\(s\) colour",
+             setup=chain(d, write("c.yaml", "colour: 1\n")), outputs=()),
+        # the output folder
+        Case("out-is-data", PREVIEW, preview_args(out="{box}/data"), OVERLAP, setup=d, outputs=()),
+        Case("out-inside-data", PREVIEW, preview_args(out="{box}/data/images/preview"), OVERLAP, setup=d, outputs=()),
+        Case("out-holds-data", PREVIEW, preview_args(data="{box}/out/data"), OVERLAP, setup=data(name="out/data"),
+             outputs=()),
+        *unwritable_out_cases(PREVIEW, preview_args, d),
+        Case("out-holds-other-files", PREVIEW, preview_args(), r"--out \S+/out holds files that are not a preview "
+             r"\(no readable summary\.json\): choose another --out",
+             setup=chain(d, write("out/p00000.png", "the user's"), write("out/summary.json", '{"total": 3}')),
+             outputs=()),
+        Case("rerun-over-own-preview", PREVIEW, preview_args("--pages", "1"), code=0, check=previewed(),
+             setup=chain(d, earlier_preview)),
+        # annotation files the reader cannot read at all: refused, the file named
+        *[Case(f"annotations-{name}", PREVIEW, preview_args(), rf"L1\.json: malformed JSON{msg}",
+               setup=chain(d, write("data/annotations/L1.json", text)), outputs=())
+          for name, text, msg in (("truncated", '[{"id": "p', ""), ("not-utf8", b'[{"id": "\xff"}]', ""),
+                                  ("nested-100000-deep", "[" * 100_000, ": maximum recursion depth"),
+                                  ("5001-digit-number", '[{"id": "r", "width": ' + "9" * 5001 + "}]",
+                                   r": Exceeds the limit \(4300 digits\)"),
+                                  ("bom", b"\xef\xbb\xbf[]", ": Unexpected UTF-8 BOM"))],
+        Case("annotations-an-object", PREVIEW, preview_args(), r"L1\.json: expected a list of records",
+             setup=chain(d, write("data/annotations/L1.json", '{"records": []}')), outputs=()),
+        # records the reader rejects: listed (file and record), the others counted and drawn
+        *[Case(f"record-{name}", PREVIEW, preview_args(), code=0, check=rejected, setup=chain(d, *damage))
+          for name, damage in (
+              ("id-null", [edit_record("L1", 1, set_key("id", None))]),
+              ("id-duplicated", [edit_record("L1", 1, set_key("id", "p00000_q1"))]),
+              ("hand-a-list", [edit_record("L1", 0, set_key("marks.0.attributes.hand", ["4"]))]),
+              ("box-outside", [edit_record("L2", 0, set_key("marks.0.bbox_2d", [0, 0, 99999, 5]))]),
+              ("box-nan", [edit_record("L1", 0, set_key("marks.0.bbox_2d", [float("nan"), 0, 5, 5]))]),
+              ("width-a-string", [edit_record("L2", 1, set_key("width", "577"))]),
+              ("other-size", [edit_record("L1", 2, set_key("width", 578))]),
+              ("image-traversal", [edit_record("L1", 0, set_key("image", "../../../outside/keep.txt"))]),
+              ("image-absolute", [edit_record("L1", 0, set_key("image", "/etc/hostname"))]),
+              ("image-missing", [damage_image("missing", "L1", 1)]),
+              ("image-truncated", [damage_image("truncated", "L1", 1)]),
+              ("image-broken-stream", [damage_image("broken-stream", "L1", 0)]),
+              ("image-garbage", [damage_image("garbage", "L1", 2)]),
+              ("image-bomb", [damage_image("bomb", "L1", 0)]),
+              ("image-symlink-out", [damage_image("symlink-out", "L1", 2)]),
+              ("level-l9", [edit_record("L1", 0, set_key("level", "L9"))]),
+              ("not-an-object", [edit_level("L1", lambda raw: raw.__setitem__(1, [1, 2]))]))],
+        Case("page-rejected", PREVIEW, preview_args(), code=0, check=previewed(drawn=0, problems=1),
+             setup=chain(d, damage_image("truncated", "L3", 0))),
+        # what a drawn record may hold
+        Case("id-climbs-out", PREVIEW, preview_args(), code=0, check=previewed(),
+             setup=chain(d, edit_record("L3", 0, set_key("id", "x/" + "../" * 12 + "outside/" + PROBE)))),
+        Case("id-absolute", PREVIEW, preview_args(), code=0, check=previewed(),
+             setup=chain(d, edit_record("L3", 0, set_key("id", f"/tmp/{PROBE}")))),
+        Case("id-nul-newline-not-ascii", PREVIEW, preview_args(), code=0, check=previewed(),
+             setup=chain(d, edit_record("L3", 0, set_key("id", "第\u0000一\n页")))),
+        Case("transcription-1mb", PREVIEW, preview_args(), code=0, check=previewed(),
+             setup=chain(d, edit_record("L3", 0, set_key("marks.0.attributes.hand", "x" * 1_000_000)))),
+        # the record the converter left beside the data
+        *[Case(f"conversion-report-{name}", PREVIEW, preview_args(), code=0,
+               check=all_of(previewed(), printed(r"convert_report\.json cannot be read|did not finish")),
+               setup=chain(d, write("data/convert_report.json", text)))
+          for name, text in (("not-json", "{half"), ("a-list", "[]"), ("nested", "[" * 100_000),
+                             ("unmapped-a-number", '{"status": "complete", "unmapped": 5}'),
+                             ("unfinished", '{"status": "unfinished"}'))],
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- grade_pages.py
+GRADE = "eval/grade_pages.py"
+GRADE_BASE = {"--model": "graded", "--backend": "openai", "--base-url": "{url}", "--pages": "{box}/pages",
+              "--out": "{box}/out", "--coords": "qwen25", "--min-pixels": str(TEST_MIN_PIXELS),
+              "--max-pixels": str(TEST_MAX_PIXELS)}
+
+
+def grade_args(*flags: str, **opts: str | None) -> list[str]:
+    """grade_pages's arguments: GRADE_BASE with options changed (as eval_args)."""
+    return option_args(GRADE_BASE, flags, opts)
+
+
+def pages(*names: str, width: int = 200, height: int = 280) -> Callable[[Env], None]:
+    """box/pages/NAME for each name: a blank page (PNG or JPEG by its suffix)."""
+    kinds = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
+    return chain(*(page_image(f"pages/{n}", width, height, kinds.get(Path(n).suffix.lower(), "PNG")) for n in names))
+
+
+def sized_pdf(rel: str, *sizes_pt: tuple[float, float], keep: int | None = None) -> Callable[[Env], None]:
+    """box/rel: a PDF of blank pages of these sizes in points (a file of a few hundred bytes asks for any size), cut
+    to its first `keep` bytes when given."""
+    def setup(env: Env) -> None:
+        import pypdfium2 as pdfium
+
+        pdf = pdfium.PdfDocument.new()
+        for width, height in sizes_pt:
+            pdf.new_page(width, height)
+        buf = io.BytesIO()
+        pdf.save(buf)
+        pdf.close()
+        replace_file(env.box / rel, buf.getvalue()[:keep])
+    return setup
+
+
+def earlier_grading(*flags: str, **opts: str | None) -> Callable[[Env], None]:
+    """box/out as an earlier grade_pages run with these arguments left it."""
+    def setup(env: Env) -> None:
+        from gbtrain.cli import parse_options
+        from gbtrain.evaluation.grading import GradeRun, grade_pages
+
+        grade_pages(parse_options(GradeRun, None, [env.sub(a) for a in grade_args(*flags, **opts)]), progress=False)
+    return setup
+
+
+def graded(**expected) -> Callable[[Env, str], str | None]:
+    return report_has("out/summary.json", **expected)
+
+
+def unreadable(n: int, says: str, pages: int = 1) -> Callable[[Env, str], str | None]:
+    """`pages` graded and `n` pages skipped as unreadable, the first saying `says`."""
+    return graded(pages=pages, unreadable=lambda u: len(u) == n and re.search(says, u[0]["error"]) is not None)
+
+
+def csv_column(rel: str, column: str, want: Callable[[list[str]], bool]) -> Callable[[Env, str], str | None]:
+    """The values of `column` in the CSV file box/rel satisfy `want`."""
+    def check(env: Env, _stdout: str) -> str | None:
+        import csv
+
+        path = env.box / rel
+        if not path.is_file():
+            return f"{rel} was not written"
+        with open(path, encoding="utf-8", newline="") as f:
+            values = [row[column] for row in csv.DictReader(f)]
+        return None if want(values) else f"{rel} {column} = {values!r}"
+    return check
+
+
+def page_items(name: str, want: Callable[[list[dict]], bool]) -> Callable[[Env, str], str | None]:
+    """The items of out/pages/NAME.json satisfy `want`."""
+    def check(env: Env, _stdout: str) -> str | None:
+        path = env.box / "out" / "pages" / f"{name}.json"
+        if not path.is_file():
+            return f"{path.name} was not written"
+        items = json.loads(path.read_text(encoding="utf-8"))["items"]
+        return None if want(items) else f"{path.name} items = {items!r}"[:600]
+    return check
+
+
+def grade_cases() -> list[Case]:
+    p = pages("a.png")
+    ab = pages("a.png", "b.jpg")
+    key = "{box}/key.yaml"
+    return [
+        # options
+        *[Case(f"option-{flag}-{v}", GRADE, grade_args(**{flag: v}), rf"--{flag.replace('_', '-')} {re.escape(v)}"
+               r"(\.0)?: (must be at least|choose 36-600)", setup=p, outputs=())
+          for flag, v in (("pdf_dpi", "0"), ("pdf_dpi", "nan"), ("pdf_dpi", "inf"), ("pdf_dpi", "-200"),
+                          ("pdf_dpi", "601"), ("batch_size", "0"), ("batch_size", "-1"), ("max_tokens", "0"),
+                          ("min_pixels", "0"), ("max_pixels", "-1"), ("concurrency", "0"), ("request_timeout", "0"),
+                          ("request_timeout", "nan"), ("max_retries", "-1"), ("max_model_len", "0"))],
+        Case("min-over-max", GRADE, grade_args(min_pixels="90000", max_pixels="1000"), r"min_pixels <= max_pixels",
+             setup=p, outputs=()),
+        Case("pdf-dpi-not-a-number", GRADE, grade_args(pdf_dpi="high"), r"--pdf-dpi: invalid float value: 'high'",
+             setup=p, outputs=()),
+        Case("backend-unknown", GRADE, grade_args(backend="tgi"), r"--backend: invalid choice: 'tgi'", setup=p,
+             outputs=()),
+        Case("coords-unknown", GRADE, grade_args(coords="pixels"), r"--coords 'pixels': unknown coordinate convention",
+             setup=p, outputs=()),
+        Case("coords-not-given", GRADE, grade_args(coords=None), r"cannot tell the coordinate convention of 'graded'; "
+             r"pass --coords", setup=p, outputs=()),
+        Case("model-missing", GRADE, grade_args(model="{box}/nomodel", backend="hf"), r"model not found: \S+/nomodel",
+             setup=p, outputs=()),
+        # the pages folder
+        Case("pages-missing", GRADE, grade_args(pages="{box}/nopages"), r"pages folder not found: \S+/nopages",
+             outputs=()),
+        Case("pages-a-file", GRADE, grade_args(pages="{box}/a.png"), r"pages folder not found: \S+/a\.png",
+             setup=page_image("a.png", 200, 280), outputs=()),
+        Case("pages-empty", GRADE, grade_args(), r"pages: no pages \(JPEG, PNG or PDF files\)",
+             setup=make_dir("pages"), outputs=()),
+        Case("pages-only-other-files", GRADE, grade_args(), r"pages: no pages \(JPEG, PNG or PDF files\)",
+             setup=chain(write("pages/notes.txt", "x"), page_image("pages/._a.png", 20, 20),
+                         page_image("pages/.thumbs/t.png", 20, 20), page_image("pages/scan.tif", 20, 20, "TIFF")),
+             outputs=()),
+        Case("pages-symlink-loop", GRADE, grade_args(), code=0, check=graded(pages=1),
+             setup=chain(p, lambda env: (env.box / "pages/again").symlink_to(env.box / "pages"))),
+        Case("only-unreadable-pages", GRADE, grade_args(), r"pages: no page could be graded \(2 unreadable, each "
+             r"named in \S+/out/summary\.json\)",
+             setup=chain(write("pages/a.png", bomb_png()), write("pages/b.pdf", b"%PDF-1.4 no more"))),
+        # pages that cannot be read: skipped, counted and listed, the others graded
+        *[Case(f"page-{name}", GRADE, grade_args(), code=0, check=unreadable(1, says), setup=chain(p, damage))
+          for name, damage, says in (
+              ("truncated", lambda env: replace_file(env.box / "pages/b.png", (env.box / "pages/a.png").read_bytes()
+                                                     [:300]), r"cannot read page b\.png: "),
+              ("garbage", write("pages/b.jpg", bytes(range(256)) * 16), r"cannot read page b\.jpg: cannot identify"),
+              ("empty", write("pages/b.png", b""), r"cannot read page b\.png"),
+              ("bomb", write("pages/b.png", bomb_png()), r"cannot read page b\.png: .*(bomb|exceeds limit)"),
+              ("text", write("pages/b.jpg", "not an image\n"), r"cannot read page b\.jpg"),
+              ("pdf-damaged", write("pages/b.pdf", b"%PDF-1.4 not really"), r"cannot open PDF b\.pdf"),
+              ("pdf-empty", write("pages/b.pdf", b""), r"cannot open PDF b\.pdf"),
+              ("pdf-cut-short", sized_pdf("pages/b.pdf", (595, 842), keep=200), r"cannot open PDF b\.pdf"),
+              ("pdf-larger-than-a0", sized_pdf("pages/b.pdf", (10_000, 10_000)),
+               r"cannot read page b\.pdf-p1: it is 10000 x 10000 pt, larger than A0 \(2384 x 3370 pt\); split or "
+               r"scale"),
+              ("pdf-a-sliver-larger-than-a0", sized_pdf("pages/b.pdf", (14_400, 3)), r"larger than A0"),
+              ("aspect-300", page_image("pages/b.png", 3000, 10), r"page b\.png: the image is 3000x10, an aspect "
+                                                                   r"ratio of 300: .*crop or pad it"),
+              ("pdf-aspect-800", sized_pdf("pages/b.pdf", (2384, 3)), r"page b\.pdf-p1: the image is \d+x\d+, an "
+                                                                      r"aspect ratio of \d+"))],
+        Case("pdf-without-pages", GRADE, grade_args(), r"pages: no page could be graded \(1 unreadable",
+             setup=sized_pdf("pages/b.pdf")),
+        Case("pdf-page-1pt", GRADE, grade_args(), code=0, check=graded(pages=2), setup=chain(p, sized_pdf(
+            "pages/b.pdf", (1, 1)))),
+        Case("page-name-a-formula", GRADE, grade_args(), code=0,
+             check=all_of(csv_column("out/grades.csv", "page", lambda v: v == ["'=HYPERLINK(1).png"] * 2),
+                          csv_column("out/totals.csv", "page", lambda v: v == ["'=HYPERLINK(1).png"])),
+             setup=pages("=HYPERLINK(1).png")),
+        Case("page-name-not-utf8", GRADE, grade_args(), code=0, check=graded(pages=2),
+             setup=chain(p, lambda env: os.link(env.box / "pages/a.png",
+                                                os.fsdecode(os.fsencode(env.box / "pages") + b"/\xff\xfe.png")))),
+        Case("page-name-not-ascii", GRADE, grade_args(), code=0, check=graded(pages=1), setup=pages("第一页 #1.png")),
+        # the answer key
+        Case("key-missing", GRADE, grade_args(answer_key=key), r"/key\.yaml: No such file or directory", setup=p,
+             outputs=()),
+        Case("key-a-folder", GRADE, grade_args(answer_key="{box}/key.json"), r"/key\.json: Is a directory",
+             setup=chain(p, make_dir("key.json")), outputs=()),
+        Case("key-another-suffix", GRADE, grade_args(answer_key="{box}/key.txt"),
+             r"--answer-key \S+/key\.txt: name a \.yaml, \.yml or \.json file",
+             setup=chain(p, write("key.txt", "1: 2")), outputs=()),
+        *[Case(f"key-{name}", GRADE, grade_args(answer_key=f"{{box}}/key{suffix}"), rf"--answer-key \S+/key"
+               rf"{re.escape(suffix)}: {msg}", setup=chain(p, write(f"key{suffix}", text)), outputs=())
+          for name, suffix, text, msg in (
+              ("a-list", ".yaml", "- 1\n- 2\n", "must map question ids to reference answers"),
+              ("empty", ".yaml", "", "must map question ids"), ("empty-json", ".json", "{}", "must map question ids"),
+              ("a-number", ".json", "42", "must map question ids"),
+              ("nested-value", ".yaml", "1: [a, b]\n", r"question '1': the reference answer must be one value, not "
+                                                       r"list"),
+              ("nested-object", ".json", '{"1": {"a": 1}}', "question '1': the reference answer must be one value"),
+              ("malformed-yaml", ".yaml", "1: [a\n2: b", "cannot be read"),
+              ("malformed-json", ".json", '{"1": ', "cannot be read"),
+              ("not-utf8", ".yaml", b"1: \xff\xfe\n", "cannot be read"),
+              ("nested-100000-deep-json", ".json", "[" * 100_000, "cannot be read"),
+              ("nested-100000-deep-yaml", ".yaml", "[" * 100_000, "cannot be read"),
+              ("duplicated-question-yaml", ".yaml", "1: 7\n2: 5\n1: 8\n", "question '1' appears twice"),
+              ("duplicated-question-json", ".json", '{"1": "7", "1": "8"}', "question '1' appears twice"),
+              ("duplicated-question-quoted", ".yaml", "1: a\n'1': b\n", "question '1' appears twice"),
+              ("key-a-list", ".yaml", "[1, 2]: x\n", "cannot be read"))],
+        Case("key-bom", GRADE, grade_args(answer_key="{box}/key.json"), code=0,
+             check=report_has("out/run.json", mode="answer-based"),
+             setup=chain(p, write("key.json", b'\xef\xbb\xbf{"1": "7"}'))),
+        Case("key-5001-digit-answer", GRADE, grade_args(answer_key="{box}/key.json"), code=0,
+             check=report_has("out/run.json", mode="answer-based"),
+             setup=chain(p, write("key.json", '{"1": ' + "9" * 5001 + "}"))),
+        Case("key-yaml-values-as-written", GRADE, grade_args(answer_key=key), code=0,
+             check=report_has("out/run.json", mode="answer-based"),
+             setup=chain(p, write("key.yaml", '1: 1.10\n2: yes\n3:\n"=4": =HYPERLINK("x")\n'))),
+        # the output folder
+        Case("out-is-pages", GRADE, grade_args(out="{box}/pages"), OVERLAP, setup=p, outputs=()),
+        Case("out-inside-pages", GRADE, grade_args(out="{box}/pages/graded"), OVERLAP, setup=p, outputs=()),
+        Case("out-holds-pages", GRADE, grade_args(pages="{box}/out/pages"), OVERLAP,
+             setup=page_image("out/pages/a.png", 200, 280), outputs=()),
+        Case("out-a-file", GRADE, grade_args(out="{box}/f.txt"), A_FILE, setup=chain(p, write("f.txt", "x")),
+             outputs=()),
+        Case("out-read-only", GRADE, grade_args(out="{box}/ro/out"), RO,
+             setup=chain(p, lambda env: read_only(env, "ro")), outputs=()),
+        Case("out-empty-name", GRADE, grade_args(out=""), r"--out is empty: name the output folder", setup=p,
+             outputs=()),
+        Case("out-holds-an-evaluation", GRADE, grade_args(), r"--out \S+/out holds an evaluation \(predictions/\): "
+             r"choose another --out", setup=chain(p, earlier_run()), outputs=()),
+        *[Case(f"out-holds-users-pages{flag}", GRADE, grade_args(*[flag] if flag else []),
+               NOT_VOUCHED.format(tool="grade_pages"),
+               setup=chain(p, write("out/pages/scan-notes.json", "the user's"), write("out/overlays/marked.png", "x")),
+               outputs=("out/.lock",))
+          for flag in ("", "--overwrite")],
+        Case("run-record-broken", GRADE, grade_args("--overwrite"), NOT_VOUCHED.format(tool="grade_pages"),
+             setup=chain(p, earlier_grading(), write("out/run.json", "{half")), outputs=("out/.lock",)),
+        Case("run-record-nested", GRADE, grade_args("--overwrite"), NOT_VOUCHED.format(tool="grade_pages"),
+             setup=chain(p, earlier_grading(), write("out/run.json", "[" * 100_000)), outputs=("out/.lock",)),
+        Case("run-record-of-run-eval", GRADE, grade_args("--overwrite"), NOT_VOUCHED.format(tool="grade_pages"),
+             setup=chain(p, earlier_grading(), lambda env: replace_file(env.box / "out/run.json", json.dumps(
+                 json.loads((env.box / "out/run.json").read_text()) | {"tool": "run_eval"}))), outputs=("out/.lock",)),
+        Case("rerun-other-key", GRADE, grade_args(answer_key=key), r"holds work made otherwise \(.*mode: "
+             r"'answer-free' there, 'answer-based' now.*\): choose another --out, or pass --overwrite",
+             setup=chain(p, earlier_grading(), write("key.yaml", "1: 7\n")), outputs=("out/.lock",)),
+        Case("rerun-other-dpi", GRADE, grade_args(pdf_dpi="100"),
+             r"made otherwise \(pdf_dpi: 200(\.0)? there, 100\.0 now",
+             setup=chain(p, earlier_grading()), outputs=("out/.lock",)),
+        Case("rerun-other-key-overwrite", GRADE, grade_args("--overwrite", answer_key=key), code=0,
+             check=all_of(report_has("out/run.json", mode="answer-based"), printed(r"graded 1 pages now")),
+             setup=chain(p, earlier_grading(), write("key.yaml", "1: 7\n"))),
+        Case("rerun-resumes", GRADE, grade_args(), code=0,
+             check=all_of(graded(pages=2), printed(r"graded 1 pages now")),
+             setup=chain(p, earlier_grading(), pages("b.jpg"))),
+        Case("page-file-damaged", GRADE, grade_args(), r"pages/a\.png\.json: not a page file this tool wrote: pass "
+             r"--overwrite to regrade, or choose another --out",
+             setup=chain(ab, earlier_grading(), write("out/pages/a.png.json", '{"page": "a.png"')),
+             outputs=("out",)),
+        Case("page-file-nested", GRADE, grade_args(), r"pages/a\.png\.json: not a page file this tool wrote",
+             setup=chain(ab, earlier_grading(), write("out/pages/a.png.json", "[" * 100_000)), outputs=("out",)),
+        Case("out-busy", GRADE, grade_args(), r"in use by another evaluation \(pid 4242\).*another --out",
+             setup=chain(p, hold_lock)),
+        # the endpoint's replies: hostile ones are counted, never written as formulas, never leak the key
+        Case("reply-formula", GRADE, grade_args(model="formula"), code=0,
+             check=all_of(csv_column("out/grades.csv", "text", lambda v: v == ["'=HYPERLINK(\"http://x.example/\","
+                                                                                 "\"7\")"]),
+                          csv_column("out/grades.csv", "answer", lambda v: v == ["'@SUM(A1:A9)"]),
+                          csv_column("out/grades.csv", "question_id", lambda v: v == ["'+1+cmd|' /C calc'!A0"])),
+             setup=p),
+        Case("reply-html", GRADE, grade_args(model="html"), code=0,
+             check=page_items("a.png", lambda items: items[0]["text"] == "<script>alert(1)</script>"), setup=p),
+        Case("reply-huge", GRADE, grade_args(model="huge"), code=0, check=graded(pages=1, unparsable=1,
+                                                                                per_page__0__status="too_large"),
+             setup=p, limit_s=HOSTILE_S),
+        Case("reply-deep", GRADE, grade_args(model="deep"), code=0,
+             check=graded(unparsable=1, per_page__0__status="too_deep"), setup=p, limit_s=HOSTILE_S),
+        Case("reply-big-numbers", GRADE, grade_args(model="bignum"), code=0,
+             check=page_items("a.png", lambda items: len(items) == 1 and items[0]["box"] is None), setup=p),
+        Case("reply-lone-surrogate", GRADE, grade_args(model="surrogate"), code=0, check=graded(unparsable=1), setup=p),
+        Case("reply-lone-surrogate-in-text", GRADE, grade_args(model="surrogate-text"), code=0,
+             check=graded(pages=1, items=1), setup=p),
+        Case("reply-null-content", GRADE, grade_args(model="null"), code=0,
+             check=graded(unparsable=1, per_page__0__status="empty"), setup=p),
+        Case("endpoint-refuses", GRADE, grade_args(model="refuse"), code=0,
+             check=graded(errors=2, per_page__0__status="error"), setup=ab),
+        Case("endpoint-401", GRADE, grade_args(model="auth"), r"endpoint http://127\.0\.0\.1:\d+/v1 answered 401 "
+             r".*API key", setup=p, outputs=("out",)),
+        Case("endpoint-404-model", GRADE, grade_args(model="missing"), r"endpoint .* answered 404 .*model name",
+             setup=p, outputs=("out",)),
+        Case("endpoint-echoes-the-key-400", GRADE, grade_args("--api-key-env", "GBTRAIN_TEST_KEY", model="echo-key"),
+             code=0, check=graded(errors=1), setup=p),
+        Case("endpoint-echoes-the-key-401", GRADE, grade_args("--api-key-env", "GBTRAIN_TEST_KEY",
+                                                                model="echo-key-401"),
+             r"endpoint http://127\.0\.0\.1:\d+/v1 answered 401 .*\*\*\*.*API key", setup=p, outputs=("out",)),
+        Case("endpoint-credentials-in-url", GRADE, grade_args(base_url="{cred_url}"), code=0,
+             check=report_has("out/run.json", base_url=lambda u: "user" not in u), setup=p),
+        Case("endpoint-key-in-query", GRADE, grade_args(base_url="{url}?api_key=" + SECRET), code=0,
+             check=report_has("out/summary.json", run__base_url=lambda u: u.endswith("?api_key=***")), setup=p),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- select_checkpoint.py
+SELECT = "eval/select_checkpoint.py"
+SELECT_BASE = {"--run": "{box}/run", "--data": "{synth}", "--out": "{box}/out", "--backend": "hf", "--limit": "1"}
+
+
+def select_args(*flags: str, **opts: str | None) -> list[str]:
+    """select_checkpoint's arguments: SELECT_BASE with options changed (as eval_args)."""
+    return option_args(SELECT_BASE, flags, opts)
+
+
+def training_run(model: str = "{model}", dataset: str | int = "{sft}", run_id: str = "r1",
+                 at: str = "run") -> Callable[[Env], None]:
+    """box/AT as recipes/sft_qwen.py starts an output_dir: its gbtrain_run.json (base model, dataset, run id)."""
+    return write(f"{at}/gbtrain_run.json", json.dumps({"model": model, "dataset": dataset, "run_id": run_id}))
+
+
+def run_checkpoint(step: int = 2, kind: str = "full", weights: bool = True, run_id: str = "r1",
+                   damage: Callable[[Path], None] | None = None, at: str = "run") -> Callable[[Env], None]:
+    """box/AT/checkpoint-STEP as the trainer saves it: a model's files (kind full), a LoRA adapter's (lora) or
+    neither config (bare), which are not read before a model loads, then the completion marker; then `damage` done
+    to it."""
+    def setup(env: Env) -> None:
+        from gbtrain.train.checkpoints import mark_complete
+
+        folder = env.box / at / f"checkpoint-{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / {"lora": "adapter_config.json", "full": "config.json"}.get(kind, "notes.json")).write_text("{}")
+        if weights:
+            (folder / ("adapter_model.safetensors" if kind == "lora" else "model.safetensors")).write_bytes(b"w")
+        mark_complete(folder, run_id, step)
+        if damage:
+            damage(folder)
+    return setup
+
+
+def checkpoint_record(rel: str, coords: str = "qwen25") -> Callable[[Env], None]:
+    """box/rel/gbtrain_checkpoint.json: the coords and pixel budget a training run records in its saves."""
+    def setup(env: Env) -> None:
+        from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+
+        write_checkpoint_record(env.box / rel, CheckpointRecord(coords, PixelBudget(3136, 200704)))
+    return setup
+
+
+# a run whose one checkpoint lost its weights: every case refuses before any model loads (at the latest when
+# the checkpoints have been tried: "no checkpoint ... could be evaluated")
+NO_WEIGHTS = r"no checkpoint of \S+/run could be evaluated \(checkpoint-2: no weights \(model\.safetensors\)\)"
+
+
+def earlier_selection(*flags: str, **opts: str | None) -> Callable[[Env], None]:
+    """box/out as an earlier selection with these arguments left it (its checkpoints could not be evaluated)."""
+    def setup(env: Env) -> None:
+        from gbtrain.cli import parse_options
+        from gbtrain.evaluation.selection import SelectRun, select_checkpoint
+
+        sel = parse_options(SelectRun, None, [env.sub(a) for a in select_args(*flags, **opts)])
+        with contextlib.suppress(ValueError):
+            select_checkpoint(sel, progress=False)
+    return setup
+
+
+SCORED = {"settings": {"L1-af": {"accuracy": 0.5, "map_20_50": 12.0}, "L3-ab": {"accuracy": 0.25, "map_20_50": 3.0}}}
+
+
+def scored_earlier(report: dict | str = SCORED) -> Callable[[Env], None]:
+    """box/run with one checkpoint, and box/out as an earlier selection left it after scoring it (its report.json:
+    `report`): a rerun takes that score and evaluates no model."""
+    return chain(training_run(), run_checkpoint(weights=False), earlier_selection(), run_checkpoint(),
+                 write("out/checkpoint-2/report.json", report if isinstance(report, str) else json.dumps(report)))
+
+
+def not_in_file(rel: str, *texts: str) -> Callable[[Env, str], str | None]:
+    """box/rel was written and holds none of `texts`."""
+    def check(env: Env, _stdout: str) -> str | None:
+        path = env.box / rel
+        if not path.is_file():
+            return f"{rel} was not written"
+        found = [t for t in texts if t in path.read_text(encoding="utf-8")]
+        return f"{rel} holds {found}" if found else None
+    return check
+
+
+def select_cases() -> list[Case]:
+    run = chain(training_run(), run_checkpoint(weights=False))
+    best = report_has("out/selection.json", best__checkpoint="checkpoint-2", evaluated_now=[])
+    html = "checkpoint-2<img src=x onerror=alert(1)>"
+    not_run = r"\S+/run: no checkpoint-N folder and no final model"
+    not_taken = not_run + r" that can be evaluated \("  # then why each one was not taken
+    return [
+        # options, refused before anything is read
+        Case("split-train", SELECT, select_args(split="train"), r"--split: invalid choice: 'train'", setup=run,
+             outputs=()),
+        Case("metric-loss", SELECT, select_args(metric="loss"), r"--metric: invalid choice: 'loss'", setup=run,
+             outputs=()),
+        Case("backend-openai", SELECT, select_args(backend="openai"),
+             r"--backend 'openai': checkpoint selection runs local checkpoints with vllm or hf", setup=run, outputs=()),
+        Case("coords-unknown", SELECT, select_args(coords="pixels"), r"--coords 'pixels': unknown coordinate "
+             r"convention", setup=run, outputs=()),
+        *[Case(f"option-{flag}-{v}", SELECT, select_args(**{flag: v}),
+               rf"--{flag.replace('_', '-')} {re.escape(v)}(\.0)?: must be at least", setup=run, outputs=())
+          for flag, v in (("limit", "0"), ("limit", "-1"), ("batch_size", "0"), ("max_tokens", "0"),
+                          ("min_pixels", "0"), ("max_pixels", "-5"), ("l2_margin", "-1"), ("l2_margin", "nan"),
+                          ("kv_cache_gib", "inf"), ("hf_batch_size", "0"), ("max_model_len", "0"))],
+        Case("limit-not-a-number", SELECT, select_args(limit="all"), r"--limit: invalid int value: 'all'", setup=run,
+             outputs=()),
+        Case("min-over-max", SELECT, select_args(min_pixels="90000", max_pixels="1000"), r"min_pixels <= max_pixels",
+             setup=run, outputs=()),
+        Case("settings-unknown", SELECT, select_args(settings="L4-af"), r"unknown setting 'L4-af'", setup=run,
+             outputs=()),
+        Case("settings-empty", SELECT, select_args(settings=","), r"--settings ',' names no setting", setup=run,
+             outputs=()),
+        Case("settings-a-path", SELECT, select_args(settings="../../x"), r"unknown setting '\.\./\.\./x'", setup=run,
+             outputs=()),
+        Case("judge-unknown", SELECT, select_args(judge="gpt4"), r"judge 'gpt4' must be rule, vllm:MODEL",
+             setup=chain(training_run(), run_checkpoint()), outputs=()),
+        Case("judge-without-model", SELECT, select_args(judge="vllm:"), r"judge 'vllm:' must be",
+             setup=chain(training_run(), run_checkpoint()), outputs=()),
+        Case("out-empty-name", SELECT, select_args(out=""), r"--out is empty: name the output folder", setup=run,
+             outputs=()),
+        # the training run's record
+        Case("run-missing", SELECT, select_args(run="{box}/norun"), r"norun/gbtrain_run\.json not found: --run must "
+             r"be a recipes/sft_qwen\.py output_dir", outputs=()),
+        Case("run-a-file", SELECT, select_args(run="{box}/f.txt"), r"f\.txt(/gbtrain_run\.json)?: (Not a directory|"
+             r"training folder not found|not found)", setup=write("f.txt", "x"), outputs=()),
+        *[Case(f"run-record-{name}", SELECT, select_args(), rf"run/gbtrain_run\.json {msg}",
+               setup=chain(run, write("run/gbtrain_run.json", text)), outputs=())
+          for name, text, msg in (
+              ("not-json", "{half", r"cannot be read \(.*\): not a gbtrain training record"),
+              ("empty", "", r"cannot be read \(.*\): not a gbtrain training record"),
+              ("not-utf8", b'{"model": "\xff"}', "cannot be read"),
+              ("nested-100000-deep", "[" * 100_000, r"cannot be read \(.*recursion"),
+              ("5001-digit-number", '{"model": "m", "run_id": ' + "9" * 5001 + "}", r"cannot be read \(.*limit"),
+              ("a-list", "[]", r"is not a gbtrain training record \(no model\)"),
+              ("model-a-number", '{"model": 7}', r"is not a gbtrain training record \(no model\)"))],
+        # the run's checkpoints: only complete ones this run saved are taken; why the others are not is said
+        Case("run-without-checkpoints", SELECT, select_args(), not_run + r": point --run at a training output_dir",
+             setup=training_run(), outputs=()),
+        *[Case(f"checkpoint-{name}", SELECT, select_args(), not_taken + rf".*checkpoint-{step} is not evaluated: "
+               rf"{msg}.*\)", setup=chain(training_run(), *steps), outputs=())
+          for name, step, steps, msg in (
+              ("save-never-finished", 2, [make_dir("run/checkpoint-2")], r"no gbtrain_complete\.json"),
+              ("of-another-run", 2, [run_checkpoint(run_id="elsewhere")], r"saved by another run \('elsewhere'"),
+              ("leading-zero", "0002", [run_checkpoint(), lambda env: (env.box / "run/checkpoint-2").rename(
+                  env.box / "run/checkpoint-0002")], r"not a name the trainer writes"),
+              ("symlink", 2, [run_checkpoint(step=3), lambda env: (env.box / "run/checkpoint-3").rename(
+                  env.outside / "c3"), lambda env: (env.box / "run/checkpoint-2").symlink_to(env.outside / "c3")],
+               r"a symbolic link \(to \S+/outside/c3\)"),
+              ("a-file", 2, [write("run/checkpoint-2", "x")], r"not a folder"),
+              ("weights-truncated", 2, [run_checkpoint(damage=lambda f: (f / "model.safetensors").write_bytes(b""))],
+               r"model\.safetensors is 0 bytes, 1 when saved: damaged or truncated"),
+              ("marker-corrupt", 2, [run_checkpoint(damage=lambda f: (f / "gbtrain_complete.json").write_text("{"))],
+               r"its gbtrain_complete\.json cannot be read"),
+              ("marker-nested", 2, [run_checkpoint(damage=lambda f: (f / "gbtrain_complete.json").write_text(
+                  "[" * 100_000))], r"its gbtrain_complete\.json cannot be read"),
+              ("marker-sizes-strings", 2, [run_checkpoint(damage=lambda f: (f / "gbtrain_complete.json").write_text(
+                  '{"run_id": "r1", "step": 2, "files": {"config.json": "2"}}'))],
+               r"its gbtrain_complete\.json cannot be read"),
+              ("record-of-another-run", 2, [run_checkpoint(), checkpoint_record("run"),
+                                             checkpoint_record("run/checkpoint-2", "rel1000")],
+               r"its gbtrain_checkpoint\.json differs from the run's: a checkpoint of another run"))],
+        Case("final-model-without-summary", SELECT, select_args(), not_taken + r"the final model in \S+/run is not "
+             r"evaluated: train_summary\.json, which gives its step, cannot be read\)",
+             setup=chain(training_run(), write("run/config.json", "{}"), write("run/model.safetensors", "w"),
+                         write("run/train_summary.json", "[" * 100_000)), outputs=()),
+        Case("checkpoint-without-weights", SELECT, select_args(), NO_WEIGHTS, setup=run),
+        Case("checkpoint-zero-shards", SELECT, select_args(), r"checkpoint-2: holds only DeepSpeed ZeRO shards "
+             r"\(global_step2/\): gather the weights",
+             setup=chain(training_run(), make_dir("run/checkpoint-2/global_step2"), run_checkpoint(weights=False))),
+        Case("checkpoint-not-a-model", SELECT, select_args(), r"checkpoint-2: no config\.json or adapter_config\.json: "
+             r"not a saved model", setup=chain(training_run(), run_checkpoint(kind="bare"))),
+        Case("trainer-state-nested", SELECT, select_args(), NO_WEIGHTS,
+             setup=chain(run, write("run/checkpoint-2/trainer_state.json", "[" * 100_000))),
+        Case("train-summary-nested", SELECT, select_args(), NO_WEIGHTS,
+             setup=chain(run, write("run/train_summary.json", '{"global_step": ' + "[" * 100_000))),
+        Case("lora-base-missing", SELECT, select_args(), r"--base not found: \S+/nobase \(a folder, or a hub id",
+             setup=chain(training_run(model="{box}/nobase"), run_checkpoint(kind="lora")), outputs=()),
+        Case("lora-base-hub-offline", SELECT, select_args(base="org/mystery"), r"--base org/mystery is not in the "
+             r"Hugging Face cache \(.*\) and HF_HUB_OFFLINE is set",
+             setup=chain(training_run(), run_checkpoint(kind="lora")), outputs=()),
+        # the data and its split
+        Case("data-missing", SELECT, select_args(data="{box}/nodata"), r"data directory not found: \S+/nodata",
+             setup=run, outputs=()),
+        Case("data-annotations-broken", SELECT, select_args(data="{box}/data", split="all"),
+             r"L1\.json: malformed JSON", setup=chain(run, data(), write("data/annotations/L1.json", "[{")),
+             outputs=()),
+        Case("data-annotation-id-null", SELECT, select_args(data="{box}/data", split="all"),
+             r"L1\.json \[record None\]: id must be",
+             setup=chain(run, data(), edit_record("L1", 1, set_key("id", None))), outputs=()),
+        Case("dataset-gone", SELECT, select_args(), r"the run's training dataset \S+/nosft is gone: its build record "
+             r"gives the validation split; pass --split all",
+             setup=chain(training_run(dataset="{box}/nosft"), run_checkpoint(weights=False)), outputs=()),
+        Case("dataset-not-a-build", SELECT, select_args(), r"is not a finished build",
+             setup=chain(training_run(dataset="{synth}"), run_checkpoint(weights=False)), outputs=()),
+        Case("dataset-a-number", SELECT, select_args(), r"run/gbtrain_run\.json is not a gbtrain training record",
+             setup=chain(training_run(dataset=7), run_checkpoint(weights=False)), outputs=()),
+        # the output folder and --copy-best
+        Case("out-is-run", SELECT, select_args(out="{box}/run"), OVERLAP, setup=run, outputs=()),
+        Case("out-inside-run", SELECT, select_args(out="{box}/run/select"), OVERLAP, setup=run, outputs=()),
+        Case("out-holds-run", SELECT, select_args(run="{box}/out/run"), OVERLAP,
+             setup=chain(training_run(at="out/run"), run_checkpoint(weights=False, at="out/run")), outputs=()),
+        Case("out-is-data", SELECT, select_args(data="{box}/data", out="{box}/data", split="all"), OVERLAP,
+             setup=chain(run, data()), outputs=()),
+        Case("out-a-file", SELECT, select_args(out="{box}/f.txt"), A_FILE, setup=chain(run, write("f.txt", "x")),
+             outputs=()),
+        Case("out-read-only", SELECT, select_args(out="{box}/ro/out"), RO,
+             setup=chain(run, lambda env: read_only(env, "ro")), outputs=()),
+        *[Case(f"out-holds-users-work{flag}", SELECT, select_args(*[flag] if flag else []),
+               NOT_VOUCHED.format(tool="select_checkpoint"),
+               setup=chain(run, write("out/checkpoint-1/model.safetensors", "the user's"),
+                           write("out/data/L1.json", "the user's"), write("out/merged/notes.txt", "the user's")),
+               outputs=("out/.lock",))
+          for flag in ("", "--overwrite")],
+        Case("selection-record-broken", SELECT, select_args("--overwrite"),
+             NOT_VOUCHED.format(tool="select_checkpoint"),
+             setup=chain(run, earlier_selection(), write("out/selection_run.json", "[]")), outputs=("out/.lock",)),
+        Case("selection-record-nested", SELECT, select_args("--overwrite"),
+             NOT_VOUCHED.format(tool="select_checkpoint"),
+             setup=chain(run, earlier_selection(), write("out/selection_run.json", "[" * 100_000)),
+             outputs=("out/.lock",)),
+        Case("rerun-other-limit", SELECT, select_args(limit="2"),
+             r"holds work made otherwise \(limit: 1 there, 2 now\): choose another --out, or pass --overwrite",
+             setup=chain(run, earlier_selection()), outputs=("out/.lock",)),
+        Case("rerun-other-limit-overwrite", SELECT, select_args("--overwrite", limit="2"), NO_WEIGHTS,
+             setup=chain(run, earlier_selection())),
+        Case("out-busy", SELECT, select_args(), r"in use by another evaluation \(pid 4242\).*another --out",
+             setup=chain(run, hold_lock)),
+        Case("copy-best-is-run", SELECT, select_args(copy_best="{box}/run"), r"--copy-best \S+/run is --run \S+/run: "
+             r"choose another folder", setup=run, outputs=()),
+        Case("copy-best-inside-out", SELECT, select_args(copy_best="{box}/out/best"), r"--copy-best \S+/out/best lies "
+             r"inside --out \S+/out: choose another folder", setup=chain(run, make_dir("out")), outputs=()),
+        Case("copy-best-holds-users-files", SELECT, select_args(copy_best="{box}/best"), r"--copy-best \S+/best exists "
+             r"and holds other files: choose a new or empty folder", setup=chain(run, write("best/mine.txt", "x")),
+             outputs=()),
+        Case("copy-best-a-file", SELECT, select_args(copy_best="{box}/f.txt"), r"--copy-best \S+/f\.txt exists and "
+             r"holds other files", setup=chain(run, write("f.txt", "x")), outputs=()),
+        # credentials in an LLM judge's URL: never written into the selection's files
+        Case("judge-credentials", SELECT, select_args(judge="openai:yes@{cred_url}"), NO_WEIGHTS, setup=run),
+        # a rerun over an earlier selection's scores (no model is evaluated), and what its files may hold
+        Case("rerun-scored-earlier", SELECT, select_args(), code=0, check=best, setup=scored_earlier()),
+        Case("rerun-metric-map", SELECT, select_args(metric="map"), code=0, check=best, setup=scored_earlier()),
+        Case("note-holds-html", SELECT, select_args(), code=0,
+             check=all_of(best, not_in_file("out/selection.md", "<img")),
+             setup=chain(scored_earlier(), make_dir(f"run/{html}"))),
+        Case("run-path-holds-html", SELECT, select_args(run="{box}/r<b>un", out="{box}/o"), code=0,
+             check=lambda env, _: not_in_file("o/selection.md", "<b>")(env, _),
+             setup=chain(scored_earlier(), lambda env: (env.box / "run").rename(env.box / "r<b>un"),
+                         lambda env: (env.box / "out").rename(env.box / "o"),
+                         lambda env: replace_file(env.box / "o/selection_run.json", (
+                             env.box / "o/selection_run.json").read_text().replace("/run\"", "/r<b>un\""))),
+             outputs=("o",)),
+        Case("copy-best", SELECT, select_args(copy_best="{box}/best"), code=0,
+             check=all_of(best, exists("best/gbtrain_selected.json", "best/model.safetensors")),
+             setup=scored_earlier(), outputs=("out", "best")),
+        Case("copy-best-over-an-earlier-copy", SELECT, select_args(copy_best="{box}/best"), code=0,
+             check=all_of(best, exists("best/model.safetensors")),
+             setup=chain(scored_earlier(), write("best/gbtrain_selected.json", '{"checkpoint": "checkpoint-1"}'),
+                         write("best/model.safetensors", "old")), outputs=("out", "best")),
+        # a damaged earlier score is not taken: the checkpoint is evaluated again (here its weights do not load)
+        *[Case(f"earlier-report-{name}", SELECT, select_args(), r"no checkpoint of \S+/run could be evaluated "
+               r"\(checkpoint-2: \w+Error: ", setup=scored_earlier(report))
+          for name, report in (("accuracy-a-string", {"settings": {s: {"accuracy": "0.5", "map_20_50": 1}
+                                                                   for s in ("L1-af", "L3-ab")}}),
+                               ("map-nan", {"settings": {s: {"accuracy": 0.5, "map_20_50": float("nan")}
+                                                         for s in ("L1-af", "L3-ab")}}),
+                               ("a-setting-missing", {"settings": {"L1-af": SCORED["settings"]["L1-af"]}}),
+                               ("nested", "[" * 100_000))],
+    ]
+
+
 CASES = [*score_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(), *reliance_cases(),
-         *compare_cases(), *synth_cases(), *tiny_cases()]
+         *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(), *grade_cases(),
+         *select_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint
 REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000,
            "bignum": '[{"bbox_2d": [1e999999999, 0, ' + "9" * 401 + ', 5], "text": "1", "answer": "1e999999999", '
-                     '"correctness": true}]', "surrogate": "\ud800[\udfff", "null": None}
+                     '"correctness": true}]', "surrogate": "\ud800[\udfff", "null": None,
+           # a page's grading: two items; and items whose text a spreadsheet would run as a formula, or that is HTML
+           "graded": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": "7", "answer": "7", "correctness": True},
+                                 {"bbox_2d": [10, 80, 100, 120], "text": "35", "answer": "30", "correctness": False}]),
+           "formula": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": '=HYPERLINK("http://x.example/","7")',
+                                   "answer": "@SUM(A1:A9)", "correctness": True,
+                                   "question_id": "+1+cmd|' /C calc'!A0"}]),
+           "html": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": "<script>alert(1)</script>",
+                                "answer": "<img src=x onerror=alert(1)>", "correctness": None}]),
+           "surrogate-text": '[{"bbox_2d": [10, 10, 100, 60], "text": "a\ud800b", "answer": "\udfff", '
+                             '"correctness": true}]'}
 
 
 def answer_by_model(model: str, n: int) -> tuple[int, str | None]:
-    """What the fake endpoint answers depends on the requested model name: ok ("[]"), yes, refuse (400),
-    refuse-second (400 to its second request), auth (401), missing (404), huge, deep, bignum, surrogate (hostile
-    REPLIES) and null (no content)."""
+    """What the fake endpoint answers depends on the requested model name: ok ("[]"), yes, graded (two items),
+    refuse (400), refuse-second (400 to its second request), auth (401), missing (404), huge, deep, bignum,
+    surrogate, surrogate-text, formula, html (hostile REPLIES) and null (no content)."""
     status = 400 if model in ("refuse", "echo-key") or (model == "refuse-second" and n == 2) else \
         {"auth": 401, "echo-key-401": 401, "missing": 404}.get(model, 200)
     if model.startswith("echo-key"):  # an endpoint whose error text repeats the request's key
@@ -1514,7 +2554,7 @@ def report_json(synth_dir, endpoint, tmp_path_factory):
 @pytest.fixture(scope="module")
 def fixtures(tiny_model_dir, synth_dir, sft_dir, adapter_dir, report_json):
     return {"model": Path(tiny_model_dir), "synth": Path(synth_dir), "sft": Path(sft_dir), "adapter": adapter_dir,
-            "report": report_json}
+            "report": report_json, "convert": ROOT / "tests" / "fixtures" / "convert"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -1537,7 +2577,7 @@ def test_counts(capsys):
     """The corpus's counts by outcome class (printed; the cases themselves assert)."""
     with capsys.disabled():
         print("\n" + counts_table(OUTCOMES))
-    assert len({c.id for c in CASES}) == len(CASES) >= 160
+    assert len({c.id for c in CASES}) == len(CASES) >= 720
 
 
 if __name__ == "__main__":

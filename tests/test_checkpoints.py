@@ -60,3 +60,11 @@ def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path):
     _checkpoint(tmp_path, 2, run_id="theirs")
     with pytest.raises(ValueError, match=r"saved by another run \('theirs'"):
         resume_point(tmp_path, "ours")
+
+
+def test_a_checkpoint_copied_under_another_step_is_named(tmp_path):
+    import shutil
+
+    shutil.copytree(_checkpoint(tmp_path, 2), tmp_path / "checkpoint-6")
+    assert checkpoint_problem(tmp_path / "checkpoint-6") == ("its gbtrain_complete.json was written at step 2: a "
+                                                             "checkpoint copied or renamed")

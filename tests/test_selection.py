@@ -58,7 +58,7 @@ def _saved(path: Path, kind: str = "full", weights: bool = True, record=None, ru
     _model_folder(path, kind, weights)
     if record is not None:
         write_checkpoint_record(path, record)
-    mark_complete(path, run_id, 0)
+    mark_complete(path, run_id, int(path.name.removeprefix("checkpoint-")) if path.name[-1].isdigit() else 0)
     return path
 
 
@@ -285,15 +285,12 @@ def test_work_no_selection_record_vouches_for_is_never_reused_or_deleted(tmp_pat
 
 # --------------------------------------------------------------------------------- end to end
 @pytest.mark.slow
-def test_select_among_lora_checkpoints_the_recipe_saved(sft_dir, synth_dir, tiny_model_dir, tmp_path):
+def test_select_among_lora_checkpoints_the_recipe_saved(recipe_lora, synth_dir, tmp_path):
     """Two LoRA checkpoints from the real recipe, each merged and evaluated with the hf backend on two records
     per level of the validation pages (the hf backend: one vLLM CPU engine per checkpoint would cost ~40 s
     each to start); a rerun evaluates nothing, a damaged checkpoint is listed, changed data is refused."""
-    from test_training import launch
-
-    run = tmp_path / "run"
-    launch(sft_dir, tiny_model_dir, run, "finetune=lora", "lora.r=4", "lora.alpha=8",
-           "freeze={vision_tower: true, merger: false, llm: true}", "max_steps=4", "save_steps=2", "eval_steps=2")
+    run = tmp_path / "run"  # a copy of the shared run (tests/conftest.py): a checkpoint is added to it below
+    shutil.copytree(recipe_lora("qwen2_5_vl")[2], run)
     data = tmp_path / "data"  # a copy, changed at the end
     shutil.copytree(synth_dir, data)
     out, best_dir = tmp_path / "select", tmp_path / "best"
@@ -331,15 +328,24 @@ def test_select_among_lora_checkpoints_the_recipe_saved(sft_dir, synth_dir, tiny
     assert (best_dir / "model.safetensors").is_file() and not (best_dir / "adapter_config.json").exists()
     assert (best_dir / "gbtrain_checkpoint.json").read_text() == (run / "gbtrain_checkpoint.json").read_text()
 
-    # a rerun evaluates nothing; a damaged checkpoint among good ones is listed, not dropped
+    # a rerun evaluates nothing; a checkpoint whose weights were damaged after the save is named, not evaluated (a
+    # truncation: its marker's sizes) or listed as failed (bytes garbled in place: only loading finds it)
+    from gbtrain.train.checkpoints import mark_complete
+
     reports = {n: (out / n / "report.json").stat().st_mtime_ns for n in means}
-    shutil.copytree(run / "checkpoint-2", run / "checkpoint-3")
+    run_id = json.loads((run / "gbtrain_run.json").read_text())["run_id"]
+    for step in (3, 5):
+        shutil.copytree(run / "checkpoint-2", run / f"checkpoint-{step}")
+        mark_complete(run / f"checkpoint-{step}", run_id, step)  # as if saved at that step
     weights = run / "checkpoint-3" / "adapter_model.safetensors"
+    weights.write_bytes(b"\x00" * weights.stat().st_size)
+    weights = run / "checkpoint-5" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     proc = _cli(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {n: (out / n / "report.json").stat().st_mtime_ns for n in means} == reports
     assert "evaluated now: 0, scored earlier: 2, failed: 1" in proc.stdout
+    assert "checkpoint-5 is not evaluated: adapter_model.safetensors is 100 bytes" in proc.stdout + proc.stderr
     warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("select_checkpoint: warning:")]
     assert len(warning) == 1 and "checkpoint-3 not evaluated" in warning[0]
     rows = _csv(out / "selection.csv")

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
-from gbtrain.coords import MAX_ASPECT_RATIO
+from gbtrain.coords import aspect_problem
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
     LABEL_ALIASES,
@@ -208,10 +208,9 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     width, height = raw["width"], raw["height"]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (width, height)):
         raise ValueError(f"width/height must be positive integers, got {width!r}x{height!r}")
-    aspect = max(width, height) / min(width, height)
-    if aspect > MAX_ASPECT_RATIO:  # smart_resize's limit, as the processors'
-        raise ValueError(f"the image is {width}x{height}, an aspect ratio of {aspect:.0f}: Qwen-VL processors take "
-                         f"at most {MAX_ASPECT_RATIO} (crop or pad it)")
+    aspect = aspect_problem(width, height)
+    if aspect:
+        raise ValueError(aspect)
     if not isinstance(raw["marks"], list):
         raise ValueError("marks must be a list")
     marks = [_parse_mark(m, i, unknown_labels) for i, m in enumerate(raw["marks"])]

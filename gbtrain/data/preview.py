@@ -12,10 +12,11 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from gbtrain.config import option, overlapping
+from gbtrain.config import option, overlapping, require_out
 from gbtrain.data.annotations import LoadedLevel, image_path, load_dataset
 from gbtrain.data.converters import REPORT
 from gbtrain.data.synth.fonts import draw_text
+from gbtrain.files import read_json
 from gbtrain.schema import CONTEXT, RIGHT, WRONG, Record
 from gbtrain.text import safe_name
 from gbtrain.vocabulary import L3, LEVELS
@@ -52,9 +53,20 @@ def summarize(loaded: dict[str, LoadedLevel], data_dir: str | Path) -> dict:
         }
     report = Path(data_dir) / REPORT
     if report.is_file():
-        conversion = json.loads(report.read_text(encoding="utf-8"))
-        summary["conversion"] = {"status": conversion.get("status"), "unmapped": len(conversion.get("unmapped", []))}
+        summary["conversion"] = conversion_status(report)
     return summary
+
+
+def conversion_status(path: Path) -> dict:
+    """What the converter's report beside the data says: its status and how many items it left out. A report that
+    cannot be read (damaged, or not the converter's) is said so, and the folder is checked like any other."""
+    try:
+        report = read_json(path)
+        if not isinstance(report, dict) or not isinstance(report.get("unmapped", []), list):
+            raise ValueError("not a report of data_builders/convert.py")
+    except (OSError, ValueError) as e:
+        return {"status": "unreadable", "unmapped": None, "problem": f"{path} cannot be read ({str(e)[:200]})"}
+    return {"status": report.get("status"), "unmapped": len(report.get("unmapped", []))}
 
 
 def summary_lines(summary: dict, shown: int = 20) -> list[str]:
@@ -71,7 +83,9 @@ def summary_lines(summary: dict, shown: int = 20) -> list[str]:
     if len(problems) > shown:
         lines.append(f"  ... and {len(problems) - shown} more")
     conversion = summary.get("conversion")
-    if conversion and conversion["status"] != "complete":
+    if conversion and conversion["status"] == "unreadable":
+        lines.append(f"{conversion['problem']}: if data_builders/convert.py wrote this folder, rerun it")
+    elif conversion and conversion["status"] != "complete":
         lines.append("the conversion that wrote this folder did not finish: rerun data_builders/convert.py")
     elif conversion:
         lines.append(f"left out by the conversion: {conversion['unmapped']} items (see {REPORT})")
@@ -105,15 +119,30 @@ def pick(records: list[Record], n: int) -> list[Record]:
     return [records[round(i * (len(records) - 1) / max(1, n - 1))] for i in range(n)]
 
 
+def _is_summary(path: Path) -> bool:
+    """Whether `path` is a summary.json this command wrote (its levels and the records it drew)."""
+    try:
+        summary = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and isinstance(summary.get("levels"), dict) and isinstance(
+        summary.get("drawn"), dict)
+
+
 def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | None = None) -> dict:
     """Summarize DATA, draw `pages` records of LEVEL (default L3, else the first level present) into OUT as PNGs,
     and write OUT/summary.json; returns the summary with the drawn files."""
+    require_out(out)
     data_dir, out = Path(data_dir), Path(out)
     if pages < 0:
         raise ValueError(f"--pages {pages}: must be at least 0")
     overlap = overlapping("--out", out, {"--data": data_dir})
     if overlap:
         raise ValueError(f"{overlap[0]}: choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not _is_summary(out / "summary.json"):
+        # its pages are written over by record id: the user's own files of those names would be lost
+        raise ValueError(f"--out {out} holds files that are not a preview (no readable summary.json): choose another "
+                         f"--out (or an empty one)")
     loaded = load_dataset(data_dir, lenient=True)
     summary = summarize(loaded, data_dir)
     level = level or (L3 if L3 in loaded else next(iter(loaded)))

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from gbtrain import prompts
 from gbtrain.config import option, overlapping
-from gbtrain.coords import PixelBudget
+from gbtrain.coords import PixelBudget, aspect_problem
 from gbtrain.data.preview import COLORS, OTHER_COLOR, TEXT_CHARS
 from gbtrain.data.synth.fonts import draw_text
 from gbtrain.evaluation.engine import GRADING_SCHEMA, EvalOptions, Evaluator
@@ -49,7 +49,7 @@ from gbtrain.evaluation.run import (
     open_backend,
     plan_run,
 )
-from gbtrain.files import write_atomic
+from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.base import SamplingOptions, message
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response
@@ -190,28 +190,34 @@ def render_dpi(width_pt: float, height_pt: float, dpi: float) -> float:
 def load_page(page: Page, dpi: float) -> LoadedPage:
     """The page as an RGB image, upright: a photo turned by its EXIF orientation (what a viewer shows, so the boxes
     match what the user sees; new pages have no annotations tied to the stored orientation), a PDF page rendered
-    at `dpi` (render_dpi). A page that cannot be read, or a PDF page larger than A0, is a ValueError naming it."""
+    at `dpi` (render_dpi). A page that cannot be read, a PDF page larger than A0, or a page too long and thin for
+    the model's processor is a ValueError naming it."""
     import pypdfium2 as pdfium
 
     try:
         if page.index is None:
             with Image.open(page.source) as im:
-                return LoadedPage(page, ImageOps.exif_transpose(im).convert("RGB"))
-        pdf = pdfium.PdfDocument(page.source)
-        try:
-            pdf_page = pdf[page.index]
-            width, height = pdf_page.get_size()
-            if not min(width, height) > 0:  # NaN too
-                raise ValueError(f"cannot read page {page.name}: its size is {width} x {height} pt")
-            if max(width, height) > A0_PT[1] or min(width, height) > A0_PT[0]:
-                raise ValueError(f"cannot read page {page.name}: it is {width:.0f} x {height:.0f} pt, larger than A0 "
-                                 f"({A0_PT[0]} x {A0_PT[1]} pt); split or scale the PDF's pages")
-            used = render_dpi(width, height, dpi)
-            return LoadedPage(page, pdf_page.render(scale=used / 72).to_pil().convert("RGB"), round(used, 2))
-        finally:
-            pdf.close()
+                loaded = LoadedPage(page, ImageOps.exif_transpose(im).convert("RGB"))
+        else:
+            pdf = pdfium.PdfDocument(page.source)
+            try:
+                pdf_page = pdf[page.index]
+                width, height = pdf_page.get_size()
+                if not min(width, height) > 0:  # NaN too
+                    raise ValueError(f"cannot read page {page.name}: its size is {width} x {height} pt")
+                if max(width, height) > A0_PT[1] or min(width, height) > A0_PT[0]:
+                    raise ValueError(f"cannot read page {page.name}: it is {width:.0f} x {height:.0f} pt, larger than "
+                                     f"A0 ({A0_PT[0]} x {A0_PT[1]} pt); split or scale the PDF's pages")
+                used = render_dpi(width, height, dpi)
+                loaded = LoadedPage(page, pdf_page.render(scale=used / 72).to_pil().convert("RGB"), round(used, 2))
+            finally:
+                pdf.close()
     except (OSError, SyntaxError, Image.DecompressionBombError, pdfium.PdfiumError) as e:
         raise ValueError(f"cannot read page {page.name}: {e}") from None
+    aspect = aspect_problem(loaded.width, loaded.height)  # the backend would refuse the whole batch over it
+    if aspect:
+        raise ValueError(f"cannot grade page {page.name}: {aspect}")
+    return loaded
 
 
 # --------------------------------------------------------------------------------- answer key and prompt
@@ -225,19 +231,47 @@ def _answer_text(qid: str, value) -> str | None:
     return str(value)
 
 
+class _RepeatedQuestion(ValueError):
+    """A question id given twice in an answer key."""
+
+
+def _once_each(pairs: list[tuple[str, object]]) -> dict:
+    """A mapping whose keys are given once: a question answered twice in a key is a slip that both readers would
+    settle silently (the last answer wins)."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedQuestion(f"question {key!r} appears twice (keep one reference answer per question)")
+        seen[key] = value
+    return seen
+
+
+class _KeyLoader(yaml.BaseLoader):
+    """YAML as text (no type conversion), each mapping's keys given once."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        mapping = super().construct_mapping(node, deep=deep)  # which refuses a key that is not text
+        if len(mapping) < len(node.value):
+            _once_each([(self.construct_object(k, deep=deep), None) for k, _ in node.value])
+        return mapping
+
+
 def load_answer_key(path: str | Path) -> AnswerKey:
     """Question id -> reference answer from a YAML or JSON mapping, in the file's order (the order the prompt lists
     them). Values are kept as written: YAML is read without type conversion and JSON numbers as their text, so
-    `1.10` stays `1.10`; an empty YAML value (`3:`) or a JSON null means "no reference answer"."""
+    `1.10` stays `1.10`; an empty YAML value (`3:`) or a JSON null means "no reference answer". A question given
+    twice is refused; a UTF-8 byte order mark (a key saved by a Windows editor) is read past."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise ValueError(f"--answer-key {path}: name a .yaml, .yml or .json file")
     try:
-        text = path.read_text(encoding="utf-8")
-        data = (json.loads(text, parse_float=str, parse_int=str) if suffix == ".json"
-                else yaml.load(text, Loader=yaml.BaseLoader))
-    except (ValueError, yaml.YAMLError) as e:
+        text = path.read_text(encoding="utf-8-sig")
+        data = (json.loads(text, parse_float=str, parse_int=str, object_pairs_hook=_once_each) if suffix == ".json"
+                else yaml.load(text, Loader=_KeyLoader))
+    except _RepeatedQuestion as e:
+        raise ValueError(f"--answer-key {path}: {e}") from None
+    except (ValueError, RecursionError, yaml.YAMLError) as e:  # also bytes not UTF-8, nesting past Python's limit
         raise ValueError(f"--answer-key {path}: cannot be read ({' '.join(str(e).split())})") from None
     if not isinstance(data, dict) or not data:
         raise ValueError(f"--answer-key {path}: must map question ids to reference answers (e.g. `1: 42`)")
@@ -338,7 +372,7 @@ PAGE_FIELDS = ("page", "status", "totals", "items")  # what the tables read from
 
 def _read_page_file(path: Path) -> dict:
     try:
-        record = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        record = read_json(path, errors="replace")
     except ValueError:
         record = None
     if not isinstance(record, dict) or not all(k in record for k in PAGE_FIELDS):
@@ -374,7 +408,9 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
     """grades.csv, totals.csv and summary.json over every graded page of the folder (this run's and earlier
     runs'), in page order; returns the summary."""
     records = [_read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
-    with open(out / "grades.csv", "w", encoding="utf-8", newline="") as f:
+    # errors="backslashreplace": a lone surrogate (in a reply, or a file name's undecodable bytes) is written as its
+    # escape, as write_atomic writes the page files
+    with open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
         w = csv.writer(f)
         w.writerow(GRADE_COLUMNS)
         for r in records:
@@ -384,7 +420,7 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
                                           "" if it["correctness"] is None else str(it["correctness"]).lower(), *box,
                                           r["status"]]))
     per_page = [{"page": r["page"], "status": r["status"], **r["totals"]} for r in records]
-    with open(out / "totals.csv", "w", encoding="utf-8", newline="") as f:
+    with open(out / "totals.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
         w = csv.DictWriter(f, TOTAL_COLUMNS)
         w.writeheader()
         w.writerows({k: csv_cell(v) for k, v in row.items()} for row in per_page)
@@ -392,7 +428,7 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
                **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable")},
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
                "per_page": per_page}
-    (out / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_atomic(out / "summary.json", json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return summary
 
 

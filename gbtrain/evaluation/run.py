@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gbtrain import prompts
-from gbtrain.config import below_minimum, identity_differences, option, overlapping, require_model
+from gbtrain.config import below_minimum, identity_differences, option, overlapping, require_model, require_out
 from gbtrain.coords import (
     CONVENTIONS,
     DEFAULT_L2_MARGIN,
@@ -30,7 +30,7 @@ from gbtrain.evaluation.engine import (
     parse_settings,
     run_diagnostics,
 )
-from gbtrain.files import write_atomic
+from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
@@ -107,7 +107,7 @@ class FolderLock:
 def _recorded_identity(path: Path) -> dict | None:
     """An earlier run's run.json; None when it cannot be read (it cannot vouch for the predictions beside it)."""
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = read_json(path)
     except ValueError:
         return None
     return recorded if isinstance(recorded, dict) else None
@@ -163,8 +163,7 @@ def check_run(run: EvalRun) -> None:
         raise ValueError("; ".join(bad))
     if run.backend not in BACKENDS:
         raise ValueError(f"unknown backend {run.backend!r}: {one_of(BACKENDS)}")
-    if not run.out.strip():
-        raise ValueError("--out is empty: name the output folder")
+    require_out(run.out)
 
 
 @dataclass(frozen=True)

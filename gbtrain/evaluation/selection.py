@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import re
 import shutil
 from contextlib import suppress
@@ -37,6 +38,7 @@ from gbtrain.coords import (
     CHECKPOINT_RECORD,
     CONVENTIONS,
     CheckpointRecord,
+    PixelBudget,
     read_checkpoint_record,
     write_checkpoint_record,
 )
@@ -50,10 +52,11 @@ from gbtrain.data.sft_dataset import (
 )
 from gbtrain.evaluation.engine import parse_settings
 from gbtrain.evaluation.run import EvalRun, FolderLock, check_run, claim_output_folder, evaluate_checkpoint
+from gbtrain.files import read_json
 from gbtrain.inference.registry import ModelOptions
-from gbtrain.metric.judges import judge_usage
+from gbtrain.metric.judges import judge_from_spec, judge_usage
 from gbtrain.schema import Record
-from gbtrain.text import redact
+from gbtrain.text import markdown_text, redact
 from gbtrain.train.checkpoints import RUN_RECORD, checkpoint_problem, is_trainer_name
 
 TRAINING_RECORD = "gbtrain_run.json"  # written by gbtrain.train.trainer into every recipe output_dir
@@ -146,7 +149,7 @@ def _not_this_runs(path: Path, run_record: CheckpointRecord | None, run_id: str 
 def _run_id(run_dir: Path) -> str | None:
     """The id the recipe recorded for the run in its output_dir (None: not recorded, any run's marker is taken)."""
     try:
-        recorded = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+        recorded = read_json(run_dir / RUN_RECORD)
     except (OSError, ValueError):
         return None
     return recorded.get("run_id") if isinstance(recorded, dict) else None
@@ -154,7 +157,7 @@ def _run_id(run_dir: Path) -> str | None:
 
 def _final_step(run_dir: Path) -> int | None:
     try:
-        return int(json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))["global_step"])
+        return int(read_json(run_dir / "train_summary.json")["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -186,9 +189,10 @@ def find_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
             notes.append(f"the final model in {run_dir} is checkpoint-{step}'s weights (saved at the same step)")
         else:
             found.append(Checkpoint(f"final-{step}", step, run_dir, kind))
-    if not found:
-        raise ValueError(f"{run_dir}: no checkpoint-N folder and no final model: point --run at a training output_dir "
-                         f"(recipes/sft_qwen.py output_dir=...)")
+    if not found:  # the notes say why each checkpoint-N folder (or the final model) was not taken
+        why = f" that can be evaluated ({'; '.join(notes)})" if notes else ""
+        raise ValueError(f"{run_dir}: no checkpoint-N folder and no final model{why}: point --run at a training "
+                         f"output_dir (recipes/sft_qwen.py output_dir=...)")
     return sorted(found, key=lambda c: (c.step, c.name)), notes
 
 
@@ -196,13 +200,16 @@ def read_training_run(run_dir: str | Path) -> dict:
     """The recipe's record of the run (base model, dataset); the selection cannot know them otherwise."""
     path = Path(run_dir) / TRAINING_RECORD
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} not found: --run must be a recipes/sft_qwen.py output_dir") from None
     except ValueError as e:
         raise ValueError(f"{path} cannot be read ({e}): not a gbtrain training record") from None
     if not isinstance(record, dict) or not isinstance(record.get("model"), str):
         raise ValueError(f"{path} is not a gbtrain training record (no model)")
+    if not isinstance(record.get("dataset", ""), str | None):  # the folder whose build record gives the split
+        raise ValueError(f"{path} is not a gbtrain training record (dataset {record['dataset']!r:.60} is not a "
+                         f"folder)")
     return record
 
 
@@ -229,14 +236,14 @@ def eval_losses(run_dir: str | Path) -> dict[int, float]:
     losses: dict[int, float] = {}
     for state in run_dir.glob("checkpoint-*/trainer_state.json"):
         try:
-            history = json.loads(state.read_text(encoding="utf-8"))["log_history"]
+            history = read_json(state)["log_history"]
             losses |= {int(h["step"]): float(h["eval_loss"]) for h in history if "eval_loss" in h}
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a damaged checkpoint's state: its row says why when the checkpoint itself fails
     step = _final_step(run_dir)
     if step is not None and step not in losses:
         with suppress(OSError, ValueError, KeyError, TypeError):
-            losses[step] = float(json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))["eval_loss"])
+            losses[step] = float(read_json(run_dir / "train_summary.json")["eval_loss"])
     return losses
 
 
@@ -354,8 +361,11 @@ def _pct(value: float | None) -> str:
 
 
 def markdown(summary: dict) -> str:
-    ident, settings, rows, best = summary["identity"], summary["settings"], summary["rows"], summary["best"]
-    limit = f"first {ident['limit']} records per level" if ident["limit"] else "every record"
+    """selection.md. Text from files (folder names in the notes, a library's error in a problem, paths) is quoted
+    with markdown_text: a checkpoint-<img ...> folder shows as its name, never as HTML."""
+    ident = {k: markdown_text(v) for k, v in summary["identity"].items()}
+    settings, rows, best = summary["settings"], summary["rows"], summary["best"]
+    limit = f"first {ident['limit']} records per level" if summary["identity"]["limit"] else "every record"
     rule = ("gated accuracy, ties by mAP" if summary["metric"] == "accuracy" else "mAP, ties by gated accuracy")
     lines = [f"# Checkpoint selection: {ident['run']}", "",
              f"Data `{ident['data']}`, split `{ident['split']}` ({limit}), backend `{ident['backend']}`, judge "
@@ -375,13 +385,14 @@ def markdown(summary: dict) -> str:
     lines.append("")
     if best:
         lines.append(f"Best: **{best['checkpoint']}** (step {best['step']}): mean accuracy "
-                     f"{_pct(best['mean_accuracy'])}%, mean mAP {best['mean_map']:.2f}; folder `{best['path']}`.")
+                     f"{_pct(best['mean_accuracy'])}%, mean mAP {best['mean_map']:.2f}; folder "
+                     f"`{markdown_text(best['path'])}`.")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         lines += ["", "Not evaluated (the next run tries again):", ""]
-        lines += [f"- {r['checkpoint']}: {r['problem']}" for r in failed]
+        lines += [f"- {r['checkpoint']}: {markdown_text(r['problem'])}" for r in failed]
     if summary["notes"]:
-        lines += ["", "Notes:", ""] + [f"- {n}" for n in summary["notes"]]
+        lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"
 
 
@@ -473,6 +484,7 @@ def check_select_run(sel: SelectRun) -> None:
                          f"{', '.join(CONVENTIONS)}")
     check_run(replace(_eval_template(sel, None), out=sel.out))
     parse_settings(sel.settings)
+    judge_from_spec(sel.judge)  # a bad spec would fail each checkpoint's evaluation (an LLM judge starts later)
 
 
 def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
@@ -497,6 +509,8 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
     levels = sorted({s.split("-")[0] for s in settings})
     records = split_records(sel.data, levels, sel.split, training.get("dataset"))
     template = _eval_template(sel, record)
+    if template.min_pixels is not None and template.max_pixels is not None:  # else each evaluation's check
+        PixelBudget(template.min_pixels, template.max_pixels)
     identity = {"run": str(run_dir.resolve()),
                 "run_record_sha256": hashlib.sha256((run_dir / TRAINING_RECORD).read_bytes()).hexdigest()[:16],
                 "data": str(Path(sel.data).resolve()), "annotations_sha256": annotations_sha256(sel.data),
@@ -530,13 +544,15 @@ def _evaluate(sel: SelectRun, c: Checkpoint, out: Path, template: EvalRun, base:
 
 
 def _scored(path: Path, settings: list[str]) -> dict | None:
-    """An earlier evaluation's report when it is whole (a damaged one is made again: the evaluation resumes from its
-    predictions)."""
+    """An earlier evaluation's report when it is whole: every setting's accuracy and mAP a finite number, as the
+    table and the ranking read them (a damaged one is made again: the evaluation resumes from its predictions)."""
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-        return report if all(s in report["settings"] for s in settings) else None
+        report = read_json(path)
+        figures = [report["settings"][s][key] for s in settings for key in ("accuracy", "map_20_50")]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in figures)
+    return report if numbers else None
 
 
 def _select(sel: SelectRun, out: Path, candidates: list[Checkpoint], notes: list[str], template: EvalRun,

@@ -12,7 +12,8 @@ from gbtrain.inference.base import BackendOptions, RegisteredBackend, SamplingOp
 class VLLMBackend(RegisteredBackend):
     """vLLM offline engine. Pixel budget, context length, memory and parallelism come from the caller's config.
 
-    On CPU the engine runs eagerly (compiling the graph costs minutes there and buys little).
+    On CPU the engine runs eagerly (compiling the graph costs minutes there and buys little) and in the caller's
+    process, unless VLLM_ENABLE_V1_MULTIPROCESSING says otherwise.
     `data_parallel_size` N > 1 runs N independent engines, each in its own process on its own
     `tensor_parallel_size` GPUs (on CPU: its own cores), the way vLLM supports data parallelism for offline
     use of a dense model: a batch is cut into N contiguous parts and the replies come back in order."""
@@ -29,6 +30,8 @@ class VLLMBackend(RegisteredBackend):
         self.model = model
         self.chat_template_kwargs = chat_template_kwargs
         on_cpu = current_platform.is_cpu()
+        if on_cpu:  # the engine in this process: a spawned engine-core process re-imports vLLM (~20 s per engine)
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         kwargs = dict(model=model, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                       limit_mm_per_prompt={"image": 1}, mm_processor_kwargs=budget.mm_processor_kwargs(),
                       seed=seed, enforce_eager=on_cpu, **memory.engine_kwargs(on_cpu))

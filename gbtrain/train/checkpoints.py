@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from gbtrain.files import write_atomic
+from gbtrain.files import read_json, write_atomic
 
 RUN_RECORD = "gbtrain_run.json"  # an output_dir's run: its identity and id (gbtrain.train.trainer)
 COMPLETE_MARKER = "gbtrain_complete.json"
@@ -40,7 +40,7 @@ def checkpoint_problem(folder: str | Path, run_id: str | None = None) -> str | N
     if not path.is_file():
         return f"no {COMPLETE_MARKER}: its save did not finish (or gbtrain did not save it)"
     try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
+        marker = read_json(path)
         files = marker["files"]
         if not isinstance(files, dict) or not all(isinstance(v, int) for v in files.values()):
             raise TypeError("files is not a map of sizes")
@@ -48,6 +48,8 @@ def checkpoint_problem(folder: str | Path, run_id: str | None = None) -> str | N
         return f"its {COMPLETE_MARKER} cannot be read ({e})"
     if run_id is not None and marker.get("run_id") != run_id:
         return f"saved by another run ({marker.get('run_id')!r}, this folder's run is {run_id!r})"
+    if is_trainer_name(folder.name) and marker.get("step") != int(folder.name.removeprefix("checkpoint-")):
+        return f"its {COMPLETE_MARKER} was written at step {marker.get('step')!r}: a checkpoint copied or renamed"
     for name, size in files.items():
         file = folder / name
         if not file.is_file():

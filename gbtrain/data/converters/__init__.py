@@ -19,13 +19,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from gbtrain.config import option, overlapping
+from gbtrain.config import option, overlapping, require_out
 from gbtrain.data.annotations import load_dataset, write_level, write_manifest
 from gbtrain.data.converters import coco, cvat, labelme, labelstudio
 from gbtrain.data.converters.build import ImageFinder, PagePlanner, Plan
 from gbtrain.data.converters.mapping import FORMATS, ConvertMapping, load_mapping
 from gbtrain.data.converters.sources import SourcePage
 from gbtrain.data.synth.generate import PageOutput, write_page
+from gbtrain.files import read_json
 from gbtrain.vocabulary import L1, L2, L3
 
 __all__ = ["FORMATS", "REPORT", "ConvertMapping", "ConvertRun", "convert", "load_mapping", "read_export",
@@ -68,20 +69,31 @@ def read_export(export: Path, mapping: ConvertMapping) -> list[SourcePage]:
 
 def check_out(out: Path, export: Path, images: Path) -> None:
     """OUT must share no tree with the inputs (a rerun replaces OUT's images) and hold nothing but an earlier
-    conversion."""
+    conversion: one whose report this converter wrote (a file of that name that it cannot read, or that another
+    tool wrote, vouches for nothing, and a rerun would delete the images beside it)."""
     inputs = {"--images": images, **({"--export": export} if export.is_dir() else {})}
     overlap = overlapping("--out", out, inputs)
     if overlap:
         raise ValueError(f"{overlap[0]}: choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / REPORT).is_file():
-        raise ValueError(f"--out {out} holds files that are not a conversion (no {REPORT}): choose another --out "
-                         f"(or an empty one)")
+    if out.is_dir() and any(out.iterdir()) and not _is_report(out / REPORT):
+        raise ValueError(f"--out {out} holds files that are not a conversion (no readable {REPORT}): choose another "
+                         f"--out (or an empty one)")
+
+
+def _is_report(path: Path) -> bool:
+    """Whether `path` is a report this converter wrote (complete, or marked unfinished while it wrote)."""
+    try:
+        report = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and report.get("status") in ("complete", "unfinished")
 
 
 def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images: str | Path | None = None,
             lenient: bool = False, progress: bool = True) -> dict:
     """Convert an export into OUT (GradingBench layout) and return the report (also OUT/convert_report.json).
     IMAGES defaults to the export's folder."""
+    require_out(out)
     export, out = Path(export), Path(out)
     if not export.exists():
         raise FileNotFoundError(f"export not found: {export}")

@@ -316,9 +316,10 @@ class PagePlanner:
         m = self.m
         kind = ("answer" if item.label in m.answer_labels else "question" if item.label in m.question_labels
                 else "ignore" if item.label in m.ignore_labels else None)
-        if kind is None:
+        if kind is None:  # a region the reader found no label for says why (a COCO category_id not in categories)
             raise _Unmappable(f"unknown label {item.label!r} (not in answer_labels, question_labels or "
-                              f"ignore_labels of the mapping)" if item.label else "a region without a label")
+                              f"ignore_labels of the mapping)" if item.label else item.problem or
+                              "a region without a label")
         if kind != "ignore" and item.points is None:
             raise _Unmappable(item.problem or "no shape")
         return kind

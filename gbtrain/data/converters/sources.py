@@ -46,9 +46,10 @@ class SourcePage:
 
 
 def read_json(path: Path):
-    """A JSON export; unreadable or malformed is one ValueError naming the file."""
+    """A JSON export; unreadable or malformed is one ValueError naming the file. A UTF-8 byte order mark (a file
+    saved again by a Windows editor) is read past, as RFC 8259 allows."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except (ValueError, RecursionError) as e:  # also bytes not UTF-8, nesting or digits past Python's limits
         raise ValueError(f"{path}: not a JSON file ({str(e)[:200]})") from None
 
