@@ -57,7 +57,9 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
                                    ["--model", "m", "--data", "d"]),
          "scripts/bench_score.py": (script_options("scripts/bench_score.py", "BenchScore"), []),
          "scripts/bench_train.py": (script_options("scripts/bench_train.py", "BenchTrain"), ["--config", "c.yaml"]),
-         "scripts/bench_gpu.py": (script_options("scripts/bench_gpu.py", "BenchGpu"), [])}
+         "scripts/bench_gpu.py": (script_options("scripts/bench_gpu.py", "BenchGpu"), []),
+         "scripts/bench_pdf_memory.py": (script_options("scripts/bench_pdf_memory.py", "BenchPdf"),
+                                         ["--model", "m", "--work", "w"])}
 
 
 def shown_as(f: dataclasses.Field) -> str:

@@ -3,7 +3,6 @@ resume after a kill, LoRA merge (of the run tests/conftest.py's recipe_lora shar
 
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -72,9 +71,9 @@ def test_two_process_deepspeed_zero3(request, model_fixture, sft_fixture, tmp_pa
 
 @pytest.mark.slow
 def test_resume_after_kill(sft_dir, tiny_model_dir, tmp_path):
-    """Killed mid-run, the run resumes from its newest complete checkpoint: a damaged one is named before any
-    model loads, and once deleted (as the message says) the one before is taken; a save that never finished is
-    passed over with a line saying so."""
+    """Killed mid-run, the run resumes from its newest complete checkpoint, and a save that never finished is passed
+    over with a line saying so. (A damaged complete checkpoint is refused before any model loads: the corpus's
+    sft_qwen-resume-* cases.)"""
     from gbtrain.train.checkpoints import checkpoint_problem
 
     out = tmp_path / "resume"
@@ -91,21 +90,13 @@ def test_resume_after_kill(sft_dir, tiny_model_dir, tmp_path):
     complete = sorted((p for p in out.glob("checkpoint-*") if checkpoint_problem(p, run_id) is None),
                       key=lambda p: int(p.name.rsplit("-", 1)[1]))
     assert len(complete) >= 2
-    (complete[-1] / "optimizer.pt").write_bytes(b"")
-    damaged = launch(sft_dir, tiny_model_dir, out, *args, "--resume", popen=True)
-    stdout, _ = damaged.communicate(timeout=300)
-    assert damaged.returncode != 0
-    assert (f"cannot resume from {complete[-1]}: optimizer.pt is 0 bytes" in stdout
-            and f"delete {complete[-1].name} to resume from the checkpoint before it" in stdout), stdout[-3000:]
-    assert "Traceback" not in stdout.split("sft_qwen: cannot resume")[0]  # (accelerate's launcher adds its own after)
-    shutil.rmtree(complete[-1])
     partial = out / "checkpoint-1000"  # a save cut short (a kill, a full disk): no completion marker
     partial.mkdir()
     (partial / "config.json").write_text("{}")
     done = launch(sft_dir, tiny_model_dir, out, *args, "--resume")
     assert "checkpoint-1000 is passed over: no gbtrain_complete.json" in done.stdout
     (summary,) = summaries(done)
-    assert summary["resumed_from"] == str(complete[-2]) and summary["global_step"] == 16
+    assert summary["resumed_from"] == str(complete[-1]) and summary["global_step"] == 16
 
 
 @pytest.mark.slow
