@@ -398,6 +398,10 @@ def test_preview_counts_and_draws_synthetic_pages(synth_dir, tmp_path):
     first = loaded["L3"].records[0]
     assert files[0].name == f"{first.record_id}.png" and Image.open(files[0]).size == (first.width, first.height)
     assert json.loads((tmp_path / "preview" / "summary.json").read_text())["levels"]["L3"]["records"] == 12
+    (tmp_path / "preview" / "mine.png").write_bytes(b"the user's")  # not listed as drawn: kept
+    again = preview(synth_dir, tmp_path / "preview", pages=1, level="L1")  # a rerun draws other records
+    assert sorted(p.name for p in (tmp_path / "preview").glob("*.png")) == sorted(
+        ["mine.png", *(Path(f).name for f in again["drawn"]["files"])])
 
 
 def test_preview_draws_a_converted_page_and_lists_reader_problems(converted, tmp_path):

@@ -129,6 +129,18 @@ def _is_summary(path: Path) -> bool:
         summary.get("drawn"), dict)
 
 
+def _earlier_drawings(out: Path) -> list[Path]:
+    """The pages an earlier preview into `out` drew, as its summary.json lists them (only PNGs directly in `out`:
+    nothing else is this command's to delete)."""
+    summary = out / "summary.json"
+    if not _is_summary(summary):
+        return []
+    files = read_json(summary)["drawn"].get("files")
+    paths = [Path(f) for f in files if isinstance(f, str)] if isinstance(files, list) else []
+    return [p for p in paths if p.suffix == ".png" and p.parent.resolve() == out.resolve() and p.is_file()
+            and not p.is_symlink()]
+
+
 def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | None = None) -> dict:
     """Summarize DATA, draw `pages` records of LEVEL (default L3, else the first level present) into OUT as PNGs,
     and write OUT/summary.json; returns the summary with the drawn files."""
@@ -150,6 +162,8 @@ def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | 
         raise ValueError(f"--level {level}: {data_dir} has no {level} annotations (it has {', '.join(loaded)})")
     records = loaded[level].records
     out.mkdir(parents=True, exist_ok=True)
+    for earlier in _earlier_drawings(out):  # a rerun's pages must not sit beside another preview's
+        earlier.unlink()
     drawn = []
     for record in pick(records, pages):
         with Image.open(image_path(data_dir, record)) as im:
