@@ -1997,12 +1997,7 @@ def grade_cases() -> list[Case]:
         Case("out-inside-pages", GRADE, grade_args(out="{box}/pages/graded"), OVERLAP, setup=p, outputs=()),
         Case("out-holds-pages", GRADE, grade_args(pages="{box}/out/pages"), OVERLAP,
              setup=page_image("out/pages/a.png", 200, 280), outputs=()),
-        Case("out-a-file", GRADE, grade_args(out="{box}/f.txt"), A_FILE, setup=chain(p, write("f.txt", "x")),
-             outputs=()),
-        Case("out-read-only", GRADE, grade_args(out="{box}/ro/out"), RO,
-             setup=chain(p, lambda env: read_only(env, "ro")), outputs=()),
-        Case("out-empty-name", GRADE, grade_args(out=""), r"--out is empty: name the output folder", setup=p,
-             outputs=()),
+        *unwritable_out_cases(GRADE, grade_args, p),
         Case("out-holds-an-evaluation", GRADE, grade_args(), r"--out \S+/out holds an evaluation \(predictions/\): "
              r"choose another --out", setup=chain(p, earlier_run()), outputs=()),
         *[Case(f"out-holds-users-pages{flag}", GRADE, grade_args(*[flag] if flag else []),
