@@ -99,8 +99,9 @@ def smart_resize(height: int, width: int, factor: int = DEFAULT_FAMILY.patch_fac
     """
     if min(height, width) <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise ValueError(f"aspect ratio {max(height, width) / min(height, width):.1f} exceeds {MAX_ASPECT_RATIO}")
+    aspect = aspect_problem(width, height)
+    if aspect:
+        raise ValueError(aspect)
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
     if h_bar * w_bar > max_pixels:

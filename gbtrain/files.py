@@ -28,8 +28,9 @@ def write_atomic(path: str | Path, text: str) -> None:
 def read_json(path: str | Path, errors: str = "strict"):
     """A JSON file's value. Every way its text can be bad is a ValueError: malformed JSON, bytes that are not UTF-8
     (with errors="strict"), digits past Python's limit, and nesting past its recursion limit (which json raises as
-    RecursionError, past a reader's `except ValueError`); a file that cannot be opened is an OSError."""
+    RecursionError, past a reader's `except ValueError`); a file that cannot be opened is an OSError. A UTF-8 byte
+    order mark (a file saved again by a Windows editor) is read past, as RFC 8259 allows."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8", errors=errors))
+        return json.loads(Path(path).read_text(encoding="utf-8-sig", errors=errors))
     except RecursionError:
         raise ValueError("nested too deeply to read (maximum recursion depth exceeded)") from None

@@ -1495,7 +1495,7 @@ def convert_cases() -> list[Case]:
              setup=chain(x, lambda env: replace_file(env.box / "x/labelstudio/export.json", b"\xef\xbb\xbf" + (
                  env.fixtures["convert"] / EXPORTS[ls]).read_bytes()))),
         Case("export-nested-100000-deep", CONVERT, convert_args(),
-             r"export\.json: not a JSON file \(maximum recursion depth",
+             r"export\.json: not a JSON file \(nested too deeply to read \(maximum recursion depth",
              setup=chain(x, write("x/labelstudio/export.json", "[" * 100_000)), outputs=()),
         Case("export-5001-digit-number", CONVERT, convert_args(), r"export\.json: not a JSON file \(Exceeds the limit",
              setup=chain(x, write("x/labelstudio/export.json", '[{"id": ' + "9" * 5001 + "}]")), outputs=()),

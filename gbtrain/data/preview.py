@@ -119,23 +119,21 @@ def pick(records: list[Record], n: int) -> list[Record]:
     return [records[round(i * (len(records) - 1) / max(1, n - 1))] for i in range(n)]
 
 
-def _is_summary(path: Path) -> bool:
-    """Whether `path` is a summary.json this command wrote (its levels and the records it drew)."""
+def _earlier_summary(out: Path) -> dict | None:
+    """OUT/summary.json when this command wrote it (its levels and the records it drew), else None."""
     try:
-        summary = read_json(path)
+        summary = read_json(out / "summary.json")
     except (OSError, ValueError):
-        return False
-    return isinstance(summary, dict) and isinstance(summary.get("levels"), dict) and isinstance(
-        summary.get("drawn"), dict)
+        return None
+    if isinstance(summary, dict) and isinstance(summary.get("levels"), dict) and isinstance(summary.get("drawn"), dict):
+        return summary
+    return None
 
 
-def _earlier_drawings(out: Path) -> list[Path]:
-    """The pages an earlier preview into `out` drew, as its summary.json lists them (only PNGs directly in `out`:
+def _drawn_by(summary: dict, out: Path) -> list[Path]:
+    """The pages an earlier preview into `out` drew, as its summary lists them (only PNGs directly in `out`:
     nothing else is this command's to delete)."""
-    summary = out / "summary.json"
-    if not _is_summary(summary):
-        return []
-    files = read_json(summary)["drawn"].get("files")
+    files = summary["drawn"].get("files")
     paths = [Path(f) for f in files if isinstance(f, str)] if isinstance(files, list) else []
     return [p for p in paths if p.suffix == ".png" and p.parent.resolve() == out.resolve() and p.is_file()
             and not p.is_symlink()]
@@ -151,7 +149,8 @@ def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | 
     overlap = overlapping("--out", out, {"--data": data_dir})
     if overlap:
         raise ValueError(f"{overlap[0]}: choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not _is_summary(out / "summary.json"):
+    earlier = _earlier_summary(out) if out.is_dir() else None
+    if out.is_dir() and any(out.iterdir()) and earlier is None:
         # its pages are written over by record id: the user's own files of those names would be lost
         raise ValueError(f"--out {out} holds files that are not a preview (no readable summary.json): choose another "
                          f"--out (or an empty one)")
@@ -162,8 +161,8 @@ def preview(data_dir: str | Path, out: str | Path, pages: int = 8, level: str | 
         raise ValueError(f"--level {level}: {data_dir} has no {level} annotations (it has {', '.join(loaded)})")
     records = loaded[level].records
     out.mkdir(parents=True, exist_ok=True)
-    for earlier in _earlier_drawings(out):  # a rerun's pages must not sit beside another preview's
-        earlier.unlink()
+    for page in _drawn_by(earlier, out) if earlier else []:  # a rerun's pages must not sit beside another preview's
+        page.unlink()
     drawn = []
     for record in pick(records, pages):
         with Image.open(image_path(data_dir, record)) as im:

@@ -59,7 +59,6 @@ from gbtrain.schema import Record
 from gbtrain.text import markdown_text, redact
 from gbtrain.train.checkpoints import RUN_RECORD, checkpoint_problem, is_trainer_name
 
-TRAINING_RECORD = "gbtrain_run.json"  # written by gbtrain.train.trainer into every recipe output_dir
 SELECTION_RECORD = "selection_run.json"
 SPLITS = ("validation", "test", "all")
 METRICS = ("accuracy", "map")
@@ -68,7 +67,7 @@ WEIGHTS = {"full": ("model.safetensors", "model.safetensors.index.json", "pytorc
            "lora": ("adapter_model.safetensors", "adapter_model.bin")}
 # What a copy of the best checkpoint leaves behind: the trainer's state, and a run root's other work.
 NOT_COPIED = ("optimizer.pt", "scheduler.pt", "rng_state*.pth", "global_step*", "latest", "zero_to_fp32.py",
-              "training_args.bin", "trainer_state.json", "checkpoint-*", "runs", TRAINING_RECORD)
+              "training_args.bin", "trainer_state.json", "checkpoint-*", "runs", RUN_RECORD)
 COPY_MARKER = "gbtrain_selected.json"
 _EVAL_FOLDER = re.compile(r"(checkpoint|final)-\d+")
 
@@ -198,7 +197,7 @@ def find_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
 
 def read_training_run(run_dir: str | Path) -> dict:
     """The recipe's record of the run (base model, dataset); the selection cannot know them otherwise."""
-    path = Path(run_dir) / TRAINING_RECORD
+    path = Path(run_dir) / RUN_RECORD
     try:
         record = read_json(path)
     except FileNotFoundError:
@@ -512,7 +511,7 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
     if template.min_pixels is not None and template.max_pixels is not None:  # else each evaluation's check
         PixelBudget(template.min_pixels, template.max_pixels)
     identity = {"run": str(run_dir.resolve()),
-                "run_record_sha256": hashlib.sha256((run_dir / TRAINING_RECORD).read_bytes()).hexdigest()[:16],
+                "run_record_sha256": hashlib.sha256((run_dir / RUN_RECORD).read_bytes()).hexdigest()[:16],
                 "data": str(Path(sel.data).resolve()), "annotations_sha256": annotations_sha256(sel.data),
                 "split": sel.split, "settings": settings, "limit": sel.limit, "backend": sel.backend,
                 "judge": redact(sel.judge), "base": base if any(c.kind == "lora" for c in candidates)

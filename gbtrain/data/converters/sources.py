@@ -6,12 +6,13 @@ attribute is the transcription) happens once, in gbtrain.data.converters.build, 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from gbtrain import files
 
 Points = list[tuple[float, float]]
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
@@ -46,11 +47,10 @@ class SourcePage:
 
 
 def read_json(path: Path):
-    """A JSON export; unreadable or malformed is one ValueError naming the file. A UTF-8 byte order mark (a file
-    saved again by a Windows editor) is read past, as RFC 8259 allows."""
+    """A JSON export (gbtrain.files.read_json); unreadable or malformed is one ValueError naming the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
-    except (ValueError, RecursionError) as e:  # also bytes not UTF-8, nesting or digits past Python's limits
+        return files.read_json(path)
+    except ValueError as e:  # also bytes not UTF-8, nesting or digits past Python's limits, a BOM read past
         raise ValueError(f"{path}: not a JSON file ({str(e)[:200]})") from None
 
 
