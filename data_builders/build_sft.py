@@ -35,6 +35,10 @@ def main() -> None:
         start = time.perf_counter()
         stats = build_sft_dataset(cfg)
     took = time.perf_counter() - start
+    for line in stats["reader_warnings"]:
+        print(f"warning: {line}")
+    if stats["skipped_records"]:
+        print(f"skipped {len(stats['skipped_records'])} bad record(s) (--lenient), listed in the card")
     print(f"wrote {stats['total']} conversations to {cfg.out} in {took:.1f} s; splits {stats['by']['split']}")
     if stats["dropped_over_max_length"]:
         print(f"dropped for length > {cfg.max_length}: {stats['dropped_over_max_length']}")

@@ -8,6 +8,7 @@ The ``vision`` section is the one min/max-pixels setting that builder, trainer a
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 from collections.abc import Callable
@@ -117,6 +118,29 @@ def load_yaml(path: str | Path):
     return loaded
 
 
+_YAML_RESERVED = ("@", "`")  # YAML reserves these: no plain value may start with one
+
+
+def _from_overrides(overrides: list[str]):
+    """`key=value` overrides as one OmegaConf mapping, each value read as YAML. YAML reserves `@` and the backtick,
+    so `fields.verdict=@label` (the converters' LABEL_FIELD) would not parse: such a value is the plain string the
+    user typed. Any other value YAML cannot read is one ValueError naming the override (yaml's messages span
+    lines)."""
+    from yaml import YAMLError
+
+    cfg = OmegaConf.create()
+    for override in overrides:
+        key, _, value = override.partition("=")
+        try:
+            cfg.merge_with_dotlist([override])
+        except YAMLError as e:
+            if not value.startswith(_YAML_RESERVED):
+                raise ValueError(f"bad override {override!r}: not a YAML value ({' '.join(str(e).split())}); put "
+                                 f"text in YAML quotes, e.g. {key}='\"...\"' on the command line") from None
+            cfg.merge_with_dotlist([f"{key}={json.dumps(value)}"])
+    return cfg
+
+
 def load_config(schema: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Defaults of `schema`, then the YAML file, then `key=value` overrides; checked for missing values."""
     try:
@@ -127,7 +151,7 @@ def load_config(schema: type[T], path: str | Path | None = None, overrides: list
             bad = [o for o in overrides if "=" not in o]
             if bad:
                 raise ValueError(f"overrides must be key=value, got {bad}")
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+            cfg = OmegaConf.merge(cfg, _from_overrides(overrides))
         interpolated = _interpolations(OmegaConf.to_container(cfg, resolve=False))
         if interpolated:
             raise ValueError(f"{', '.join(interpolated)}: ${{...}} interpolation is not read (a resolved "

@@ -29,11 +29,14 @@ LABEL_ALIASES = {
     "未作答": UNANSWERED, "unanswered": UNANSWERED,
     "未知": UNKNOWN, "unknown": UNKNOWN,
     "question": CONTEXT, "整题": CONTEXT,
+    "Other": UNKNOWN,  # the released benchmark's normaliser writes it for the Chinese labels it does not know
 }
+LABELS = (RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN, CONTEXT)
 STAGE_ALIASES = {
     "小学": "Elementary", "Elementary": "Elementary", "Primary": "Elementary",
     "初中": "Junior_High", "Junior_High": "Junior_High", "Middle": "Junior_High", "Junior High": "Junior_High",
     "高中": "Senior_High", "Senior_High": "Senior_High", "High": "Senior_High", "Senior High": "Senior_High",
+    "其他": "Other", "Other": "Other",  # a stage the annotators did not list (the released data has it)
 }
 QUESTION_TYPE_ALIASES = {
     "填空": "Fill-in-the-blank", "口算": "Fill-in-the-blank", "简单口算": "Fill-in-the-blank",
@@ -49,6 +52,7 @@ CONTENT_FORMAT_ALIASES = {
     "图表": "Chart-based", "作图": "Chart-based", "Chart-based": "Chart-based", "Chart": "Chart-based",
     "其他": "Other", "Other": "Other",
 }
+CONTENT_FORMATS = ("Text-only", "Chart-based", "Other")
 NO_REFERENCE = "答案暂无"  # the data's placeholder for "no reference answer available"
 
 
@@ -220,8 +224,8 @@ class Record:
 
     @property
     def page_id(self) -> str:
-        """The page a record comes from, used to split by page: the record's `page_id` when given,
-        else the image file name (an L2 record's image is its whole page)."""
+        """The page a record comes from, used to split by page: the record's `page_id` when given (the reader
+        derives an L1 crop's from its name), else the image file name (L2 and L3 images are whole pages)."""
         return self.page or self.image.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
     @property

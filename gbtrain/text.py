@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 
 _SECRETS: set[str] = set()  # credentials this process holds (register_secret)
 _USERINFO = re.compile(r"//[^/\s?#]*@")  # up to the last @ before the host: a password may hold an unencoded @
@@ -31,12 +32,25 @@ def redact(text: str) -> str:
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 
+_NAME_BYTES = 100  # of the kept stem, in UTF-8: with a hash and a suffix far below every file system's 255
+_WINDOWS_DEVICE = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])(\..*)?", re.IGNORECASE)
+
+
+def _kept(char: str) -> bool:
+    """Letters, digits and combining marks of any script, `.`, `_` and `-`: characters no common file system
+    (Windows, macOS, Linux) reserves; separators, controls, spaces, quotes and symbols are not kept."""
+    return char in "._-" or unicodedata.category(char)[0] in "LNM"
+
+
 def safe_name(text: str) -> str:
-    """A file name made from any id (ids come from annotation files): characters other than letters, digits,
-    `.`, `_` and `-` become `_`, and a changed id gets a hash of the original, so `x/../../f` stays in its
-    folder and two ids never share a file."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip(".")[:100]
-    if stem == text and stem:
+    """A file name made from any id (ids come from annotation files, page ids from image names such as
+    期中试卷_03.jpg): runs of characters that are not kept (see _kept) become `_`, the stem is in NFC (macOS
+    compares names in a normal form) and at most _NAME_BYTES long, and a changed id (or a Windows device name such
+    as CON) gets a hash of the original, so `x/../../f` stays in its folder and two ids never share a file."""
+    stem = unicodedata.normalize("NFC", "".join(c if _kept(c) else "\0" for c in text))
+    stem = re.sub("\0+", "_", stem).strip(".")
+    stem = stem.encode("utf-8")[:_NAME_BYTES].decode("utf-8", "ignore")  # a character cut in two is left out
+    if stem == text and stem and not _WINDOWS_DEVICE.fullmatch(stem):
         return stem
     # surrogatepass: a file name's undecodable bytes (surrogate escapes) hash too
     return f"{stem or 'id'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"

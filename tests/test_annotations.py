@@ -53,14 +53,82 @@ def test_chinese_keys_and_values(tmp_path):
 def test_label_vocabulary(tmp_path, raw, label):
     ld = load_level(make_data(tmp_path, [rec(marks=[answer(raw)])]), "L3")
     assert ld.records[0].groups[0].label == label
-    assert not ld.unknown_labels
+    assert not ld.unknown_values and not ld.warnings
 
 
-def test_unknown_label_is_counted_not_fatal(tmp_path):
-    ld = load_level(make_data(tmp_path, [rec(marks=[answer("maybe"), answer("maybe", "2")])]), "L3")
-    assert ld.unknown_labels == {"maybe": 2}
-    assert ld.records[0].groups[0].label == UNKNOWN
-    assert "maybe" in str(ld.warnings[0])
+def test_unknown_label_is_one_line_naming_the_way_out(tmp_path):
+    data = make_data(tmp_path, [rec(marks=[answer("correct"), answer("correct", "2")]),
+                                rec("p2", marks=[answer("correct")], image="Mathematics/p2.jpg")])
+    with pytest.raises(AnnotationError) as e:
+        load_level(data, "L3")
+    assert len(e.value.problems) == 1  # three marks, one value: one line
+    line = str(e.value.problems[0])
+    assert "[record p1]" in line and "'correct' on 3 mark(s)" in line
+    assert "aliases.yaml" in line and "labels:" in line and "--lenient" in line
+
+
+def test_lenient_takes_unknown_values_counted(tmp_path):
+    m = answer("maybe", dimension2="Essay", dimension1="Table")
+    m["educational_stage"] = "University"
+    ld = load_level(make_data(tmp_path, [rec(marks=[m, answer("maybe", "2")])]), "L3", lenient=True)
+    g = ld.records[0].groups
+    assert [x.label for x in g] == [UNKNOWN, UNKNOWN]
+    assert (g[0].question_type, g[0].content_format, g[0].stage) == ("Other", "Other", None)
+    assert ld.unknown_values == {"markLabel 'maybe' -> unknown": 2, "dimension2 'Essay' -> Other": 1,
+                                 "dimension1 'Table' -> Other": 1, "educational_stage 'University' -> Unknown": 1}
+    assert len(ld.warnings) == 4 and all("--lenient" in str(w) for w in ld.warnings)
+
+
+@pytest.mark.parametrize(("section", "where", "raw", "canonical"), [
+    ("labels", "markLabel", "correct", RIGHT), ("stages", "educational_stage", "Grade 5", "Elementary"),
+    ("question_types", "dimension2", "Essay", "Problem-Solving"), ("content_formats", "dimension1", "Table",
+                                                                   "Chart-based")])
+def test_aliases_file_maps_the_users_spellings(tmp_path, section, where, raw, canonical):
+    m = answer(raw if where == "markLabel" else "right")
+    if where == "educational_stage":
+        m[where] = raw
+    elif where != "markLabel":
+        m["attributes"][where] = raw
+    data = make_data(tmp_path, [rec(marks=[m])])
+    (data / "annotations" / "aliases.yaml").write_text(f"{section}:\n  {raw}: {canonical}\n", encoding="utf-8")
+    g = load_level(data, "L3").records[0].groups[0]
+    assert {"labels": g.label, "stages": g.stage, "question_types": g.question_type,
+            "content_formats": g.content_format}[section] == canonical
+
+
+def test_aliases_file_refuses_unknown_targets_and_sections(tmp_path):
+    data = make_data(tmp_path, [rec()])
+    aliases = data / "annotations" / "aliases.yaml"
+    aliases.write_text("labels: {correct: yes}\n", encoding="utf-8")
+    with pytest.raises(AnnotationError, match=r"labels.correct: .*is not one of right, wrong"):
+        load_level(data, "L3")
+    aliases.write_text("label: {correct: right}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="label"):
+        load_level(data, "L3")
+
+
+def test_misspelled_keys_and_null_ids(tmp_path):
+    data = make_data(tmp_path, [rec(page_Id="p1")])
+    with pytest.raises(AnnotationError, match=r"unknown record key 'page_Id' \(did you mean 'page_id'\?\)"):
+        load_level(data, "L3")
+    kept = load_level(data, "L3", lenient=True)
+    assert kept.records[0].extra == {"page_Id": "p1"} and kept.unknown_values == {
+        "record key 'page_Id' kept as extra": 1}
+    m = answer()
+    m["markLable"] = "right"
+    with pytest.raises(AnnotationError, match="unknown mark key 'markLable'"):
+        load_level(make_data(tmp_path, [rec(marks=[m])]), "L3")
+    with pytest.raises(AnnotationError, match=r"answer mark without attributes\.id"):
+        load_level(make_data(tmp_path, [rec(marks=[answer(mid=None)])]), "L3")
+
+
+def test_released_benchmark_values_are_known(tmp_path):
+    """The release's normaliser writes Other for Chinese labels and stages it does not know, and keeps anno_result."""
+    m = answer("Other", anno_result="right")
+    m["educational_stage"] = "Other"
+    ld = load_level(make_data(tmp_path, [rec(marks=[m])]), "L3")
+    assert (ld.records[0].groups[0].label, ld.records[0].groups[0].stage) == (UNKNOWN, "Other")
+    assert not ld.warnings and not ld.records[0].marks[0].extra_attributes
 
 
 def test_legacy_english_values_and_samples_wrapper(tmp_path):
@@ -161,9 +229,9 @@ def test_round_trip_is_exact(tmp_path):
     m["学段"] = "高中"
     m["custom"] = "kept"
     data = make_data(tmp_path, [rec(marks=[m, answer("正确", "2-2", std=None)], note="x", page_id="pg")])
-    first = load_level(data, "L3").records
+    first = load_level(data, "L3", lenient=True).records  # lenient: keys outside the format kept as extras
     write_level(tmp_path, "L3", first)
-    second = load_level(tmp_path, "L3").records
+    second = load_level(tmp_path, "L3", lenient=True).records
     assert first == second
     assert second[0].marks[0].extra_attributes == {"extra_key": [1, 2]}
     assert second[0].marks[0].extra == {"custom": "kept"}
@@ -189,3 +257,12 @@ def test_fields_of_the_wrong_type_are_named(tmp_path, record, message):
     data = make_data(tmp_path, [record])
     with pytest.raises(AnnotationError, match=message):
         load_level(data, "L3")
+
+
+def test_aliases_are_hashed_with_the_annotations(tmp_path):
+    from gbtrain.data.annotations import annotations_sha256
+
+    data = make_data(tmp_path, [rec()])
+    before = annotations_sha256(data)
+    (data / "annotations" / "aliases.yaml").write_text("labels: {correct: right}\n", encoding="utf-8")
+    assert annotations_sha256(data) != before

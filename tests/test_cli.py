@@ -14,6 +14,7 @@ import pytest
 from gbtrain.cli import add_options, parse_options
 from gbtrain.config import field_default
 from gbtrain.data.converters import ConvertRun
+from gbtrain.data.hub_export import HubExportRun
 from gbtrain.data.preview import PreviewRun
 from gbtrain.data.synth.generate import SynthRun
 from gbtrain.evaluation.grading import GradeRun
@@ -52,6 +53,7 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "scripts/image_reliance.py": (RelianceRun, ["--model", "m", "--data", "d"]),
          "scripts/make_tiny_model.py": (TinyModelRun, ["--out", "o"]),
          "data_builders/synth_pages.py": (SynthRun, ["--out", "o"]),
+         "data_builders/export_hub.py": (HubExportRun, ["--build", "b", "--out", "o"]),
          "scripts/bench_data.py": (script_options("scripts/bench_data.py", "BenchData"), []),
          "scripts/bench_eval.py": (script_options("scripts/bench_eval.py", "BenchEval"),
                                    ["--model", "m", "--data", "d"]),
@@ -59,7 +61,8 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "scripts/bench_train.py": (script_options("scripts/bench_train.py", "BenchTrain"), ["--config", "c.yaml"]),
          "scripts/bench_gpu.py": (script_options("scripts/bench_gpu.py", "BenchGpu"), []),
          "scripts/bench_pdf_memory.py": (script_options("scripts/bench_pdf_memory.py", "BenchPdf"),
-                                         ["--model", "m", "--work", "w"])}
+                                         ["--model", "m", "--work", "w"]),
+         "scripts/bench_hub_export.py": (script_options("scripts/bench_hub_export.py", "BenchHub"), [])}
 
 
 def shown_as(f: dataclasses.Field) -> str:

@@ -114,3 +114,17 @@ def test_the_key_tables_give_every_key_its_default_and_help():
     with pytest.raises(ValueError, match=r"docs/data.md needs one <!-- keys:data --> \.\.\. <!-- /keys:data --> "
                                          r"region"):
         script.rendered("no markers", "data.md")
+
+
+def test_an_override_starting_with_at_is_plain_text_and_bad_yaml_names_the_override():
+    """YAML reserves `@` and the backtick: `fields.verdict=@label` (the converters' LABEL_FIELD, "the region's
+    label") used to end in a yaml.scanner.ScannerError traceback. Any other value YAML cannot read is one line."""
+    from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
+
+    mapping = load_config(ConvertMapping, ROOT / "configs" / "convert" / "example.yaml",
+                          ["fields.verdict=@label", "fields.hand=`hand`", "subject=Mathematics"])
+    assert (mapping.fields.verdict, mapping.fields.hand, mapping.subject) == (LABEL_FIELD, "`hand`", "Mathematics")
+    with pytest.raises(ValueError) as err:
+        load_config(ConvertMapping, None, ["format=coco", "answer_labels=[right, wrong"])
+    assert str(err.value).startswith("bad override 'answer_labels=[right, wrong': not a YAML value (")
+    assert "\n" not in str(err.value)

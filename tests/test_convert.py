@@ -148,11 +148,17 @@ def test_unmappable_items_are_listed_never_dropped_silently(tmp_path):
     messages = " | ".join(u["message"] for u in report["unmapped"])
     assert "no transcription (field 'hand')" in messages and "image file not found" in messages
     assert all(u["file"].endswith("export.json") for u in report["unmapped"])
-    assert report["pages"] == {"in_export": 3, "written": 2}
+    # p1 lost answers (one of them, the ellipse, of no known question): out of L3 and L2/L1, listed
+    assert report["pages"] == {"in_export": 3, "written": 1, "partial": 1}
+    assert [(p["page_id"], p["lost_answers"], p["questions"]) for p in report["partial_pages"]] == [
+        ("p1", 5, ["1", "2", "3"])]
     assert "question_type 'essay' on 1 region(s): not a known value, written as Other" in report["notes"]
-    p1 = next(r for r in load_level(tmp_path / "out", "L3").records if r.record_id == "p1")
+    assert [r.record_id for r in load_level(tmp_path / "out", "L3").records] == ["p2"]
+    kept = convert(_ls_variant(tmp_path), load_mapping(EXPORTS["labelstudio"][1]), tmp_path / "kept", images=IMAGES,
+                   lenient=True, progress=False, keep_partial_pages=True)
+    p1 = next(r for r in load_level(tmp_path / "kept", "L3").records if r.record_id == "p1")
     assert [m.mark_id for m in p1.marks] == ["3"]
-    assert "question 2 has no answer marks: not in L2/L1" in " ".join(report["notes"])
+    assert "question 2 has no answer marks: not in L2/L1" in " ".join(kept["notes"])
 
 
 def _escaping_export(fmt: str, tmp_path: Path, ref: str) -> Path:

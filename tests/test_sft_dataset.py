@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 
 import pytest
@@ -97,14 +98,6 @@ def test_overlong_conversations_are_dropped_and_counted(synth_dir, tiny_model_di
     assert "Dropped for length > 330" in (tmp_path / "o" / "card.md").read_text()
 
 
-def test_moved_output_is_rebased(built, tmp_path):
-    out, _ = built
-    moved = tmp_path / "moved"
-    shutil.copytree(out, moved)
-    dd = load_sft_dataset(moved, decode_images=False)
-    assert dd["train"][0]["images"][0].startswith(str(moved.resolve()))
-
-
 @pytest.mark.parametrize("where", ["same", "inside", "around"])
 def test_an_output_folder_overlapping_the_data_is_refused(synth_dir, tmp_path, where):
     """The build replaces folders under OUT: with OUT in (or around) the source, source images would go."""
@@ -166,3 +159,121 @@ def test_an_unfinished_build_is_refused(built, tmp_path):
         load_sft_dataset(copy)
     with pytest.raises(FileNotFoundError, match="dataset folder not found"):
         load_sft_dataset(tmp_path / "nowhere")
+
+
+def _without_l1_page_ids(synth_dir, tmp_path, rename=None):
+    """A copy of the synthetic layout whose L1 crops carry no page_id (as many hand-made layouts), the images
+    linked; `rename` changes each crop's id and file name."""
+    data = tmp_path / "data"
+    shutil.copytree(synth_dir, data, copy_function=os.link)
+    ann = data / "annotations" / "L1.json"
+    records = json.loads(ann.read_text(encoding="utf-8"))
+    for r in records:
+        r.pop("page_id")
+        if rename:
+            old = data / "images" / "L1" / r["image"]
+            r["image"] = rename(r["image"])
+            old.rename(data / "images" / "L1" / r["image"])
+    ann.unlink()  # a link to the session's layout: write a file of its own
+    ann.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    return data
+
+
+def test_crops_without_page_id_stay_with_their_page(synth_dir, tmp_path):
+    """Crops named <page>_<k> are split with their page: none of a page's crops reaches another split."""
+    data = _without_l1_page_ids(synth_dir, tmp_path)
+    build_sft_dataset(config(data, tmp_path / "out"), progress=False)
+    dd = load_sft_dataset(tmp_path / "out", decode_images=False)
+    split_of_page: dict[str, set[str]] = {}
+    for s in dd:
+        for row in dd[s].select_columns(["page_id", "level"]):
+            split_of_page.setdefault(row["page_id"], set()).add(s)
+    assert all(len(splits) == 1 for splits in split_of_page.values())
+    l1_pages = {p for s in dd for p, lvl in zip(dd[s]["page_id"], dd[s]["level"], strict=True) if lvl == "L1"}
+    l3_pages = {p for s in dd for p, lvl in zip(dd[s]["page_id"], dd[s]["level"], strict=True) if lvl == "L3"}
+    pages = {r["id"] for r in json.loads((data / "annotations" / "L3.json").read_text(encoding="utf-8"))}
+    assert l1_pages and l1_pages <= pages  # each crop's page is a page of the layout, not the crop's own name
+    assert l3_pages <= pages
+
+
+def test_crops_whose_names_name_no_page_are_refused(synth_dir, tmp_path):
+    data = _without_l1_page_ids(synth_dir, tmp_path, rename=lambda image: image.replace("_q", "-q"))
+    with pytest.raises(ValueError, match=r"L1.json \[record .*needs page_id"):
+        build_sft_dataset(config(data, tmp_path / "out"), progress=False)
+    data = _without_l1_page_ids(synth_dir, tmp_path / "other", rename=lambda image: image.replace("/p", "/crop_p"))
+    with pytest.raises(ValueError, match=r"no page of the L2/L3 files: add page_id .*more crops alike"):
+        build_sft_dataset(config(data, tmp_path / "out"), progress=False)
+
+
+def test_unknown_label_fails_in_one_line_and_builds_with_a_mapping(synth_dir, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(synth_dir, data, copy_function=os.link)
+    ann = data / "annotations" / "L3.json"
+    records = json.loads(ann.read_text(encoding="utf-8"))
+    for m in records[0]["marks"]:
+        if m["markLabel"] in ("right", "正确"):
+            m["markLabel"] = "correct"
+    ann.unlink()  # a link to the session's layout: write a file of its own
+    ann.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        build_sft_dataset(config(data, tmp_path / "out"), progress=False)
+    lines = str(e.value).splitlines()
+    assert len(lines) == 2 and "unknown markLabel 'correct'" in lines[1] and "aliases.yaml" in lines[1]
+    (data / "annotations" / "aliases.yaml").write_text("labels: {correct: right}\n", encoding="utf-8")
+    stats = build_sft_dataset(config(data, tmp_path / "out"), progress=False)
+    assert stats["total"] > 0 and not stats["reader_warnings"]
+
+
+@pytest.fixture(scope="module")
+def moved_build(synth_dir, tiny_model_dir, tmp_path_factory):
+    """A small build moved (shutil.move) away from where it was made, the folder it was made in deleted."""
+    made_in = tmp_path_factory.mktemp("made-in")
+    build_sft_dataset(config(synth_dir, made_in / "sft", target_count=60, tokenizer=str(tiny_model_dir)),
+                      progress=False)
+    moved = tmp_path_factory.mktemp("moved-to") / "sft"
+    shutil.move(made_in / "sft", moved)
+    shutil.rmtree(made_in)
+    return moved
+
+
+def test_a_moved_build_names_its_images_relative_to_itself(moved_build):
+    """Rows name images by paths relative to the folder, so the build travels: plain load_from_disk shows them as
+    they are, and the loader opens them where the folder now lies."""
+    from pathlib import Path
+
+    from datasets import load_from_disk
+
+    plain = load_from_disk(str(moved_build))
+    relative = {p for s in plain for row in plain[s]["images"] for p in row}
+    assert relative and all(p.startswith("images/") and (moved_build / p).is_file() for p in relative)
+    paths = load_sft_dataset(moved_build, decode_images=False)
+    decoded = load_sft_dataset(moved_build)
+    for s in plain:
+        assert [[Path(p) for p in row] for row in paths[s]["images"]] == [
+            [moved_build.resolve() / p for p in row] for row in plain[s]["images"]]
+        for row in decoded[s].select(range(min(3, len(decoded[s])))):
+            assert row["images"][0].size == (row["image_width"], row["image_height"])
+
+
+def test_a_build_without_its_images_is_refused_on_loading(moved_build, tmp_path):
+    copy = tmp_path / "arrow-only"
+    shutil.copytree(moved_build, copy, ignore=shutil.ignore_patterns("images"))
+    with pytest.raises(FileNotFoundError, match=r"image\(s\) that its train rows name are missing.*folder whole"):
+        load_sft_dataset(copy, decode_images=False)
+
+
+def test_the_trainer_trains_a_step_on_a_moved_build(moved_build, tiny_model_dir, tmp_path):
+    """The recipe's own training path (gbtrain.train.trainer.train, as recipes/sft_qwen.py calls it) on the moved
+    build: one optimizer step, in this process."""
+    from pathlib import Path
+
+    from gbtrain.config import TrainConfig, load_config
+    from gbtrain.train.trainer import train
+
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny_cpu.yaml"
+    cfg = load_config(TrainConfig, str(recipe), [f"model={tiny_model_dir}", f"dataset={moved_build}",
+                                                 f"output_dir={tmp_path / 'run'}", "report_to=[]", "max_steps=1",
+                                                 "save_steps=1000", "eval_steps=1000", "limit_train_samples=4",
+                                                 "limit_eval_samples=2"])
+    summary = train(cfg)
+    assert summary["global_step"] == 1 and summary["training_loss"] > 0 and summary["eval_loss"] > 0

@@ -23,3 +23,17 @@ def test_safe_names_stay_in_their_folder_and_never_collide():
     assert "/" not in safe_name("../../etc/passwd") and safe_name("../../etc/passwd").endswith(
         "etc_passwd-3754d6cb3a")
     assert safe_name("a/b") != safe_name("a_b")
+
+
+def test_safe_names_keep_the_letters_of_every_script():
+    """Page ids come from image names (期中试卷_03.jpg): letters, digits and marks of any script stay; separators,
+    controls and symbols do not; a name that is not NFC, a Windows device name or one cut to length gets a hash."""
+    assert [safe_name(n) for n in ("期中试卷_03", "Prüfung_é", "Ⅻ-①")] == ["期中试卷_03", "Prüfung_é", "Ⅻ-①"]
+    decomposed = "Pru\u0308fung"  # as macOS's HFS+ stores names
+    assert safe_name(decomposed).startswith("Prüfung-") and safe_name(decomposed) != safe_name("Prüfung")
+    for hostile in ("期中/../试卷", "a\\b", "x\u200by", "C:x", 'a"b', "a<b>|?*", "tab\tname", "\ud800x"):
+        name = safe_name(hostile)
+        assert name != hostile and not any(c in name for c in '/\\:"<>|?*\t\u200b') and name.encode("utf-8")
+    assert safe_name("CON") != "CON" and safe_name("com1.txt") != "com1.txt" and safe_name("CONTENT") == "CONTENT"
+    long = safe_name("期" * 200)
+    assert len(long.encode("utf-8")) <= 100 + 11 and long.startswith("期" * 33)

@@ -34,13 +34,24 @@ def run(cmd: list, env: dict, timeout: int = 900) -> str:
     return proc.stdout
 
 
-@pytest.mark.slow
-def test_readme_commands_in_a_clean_environment(tmp_path):
-    env = user_env(tmp_path / "home")
-    (tmp_path / "home").mkdir()
-    pages, model, sft = tmp_path / "pages", tmp_path / "base-model", tmp_path / "sft"
+@pytest.fixture(scope="module")
+def first_steps(tmp_path_factory) -> tuple[Path, Path]:
+    """The README's first two commands, run once for both workflows (each only reads what they write): eight
+    synthetic pages and the tiny base model."""
+    root = tmp_path_factory.mktemp("first-steps")
+    env = user_env(root / "home")
+    (root / "home").mkdir()
+    pages, model = root / "pages", root / "base-model"
     run(["python", "data_builders/synth_pages.py", "--out", pages, "--pages", 8, "--seed", 0], env)
     run(["python", "scripts/make_tiny_model.py", "--out", model], env)
+    return pages, model
+
+
+@pytest.mark.slow
+def test_readme_commands_in_a_clean_environment(first_steps, tmp_path):
+    env = user_env(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    (pages, model), sft = first_steps, tmp_path / "sft"
     run(["python", "data_builders/build_sft.py", "--data", pages, "--out", sft, "--config",
          "configs/data/default.yaml", f"tokenizer={model}", "target_count=60", "vision.min_pixels=3136",
          "vision.max_pixels=50176", "max_length=2048", "coords=rel1000"], env)
@@ -85,15 +96,13 @@ def _pages(data: Path) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_label_studio_export_to_graded_pages(tmp_path):
+def test_label_studio_export_to_graded_pages(first_steps, tmp_path):
     """README's "Your own exams" path, worked end to end: a Label Studio export of synthetic pages is converted,
     previewed, built into conversations, trained for four steps (two checkpoints), the checkpoints are scored on
     the validation pages and the best one grades two new pages."""
     env = user_env(tmp_path / "home")
     (tmp_path / "home").mkdir()
-    synth, model, data = tmp_path / "synth", tmp_path / "base-model", tmp_path / "mydata"
-    run(["python", "data_builders/synth_pages.py", "--out", synth, "--pages", 8, "--seed", 0], env)
-    run(["python", "scripts/make_tiny_model.py", "--out", model], env)
+    (synth, model), data = first_steps, tmp_path / "mydata"
     export = labelstudio_export(synth, tmp_path / "export.json")
     printed = run(["python", "data_builders/convert.py", "--mapping", "configs/convert/example.yaml", "--export",
                    export, "--images", synth / "images" / "L3", "--out", data, "fields.content_format=format"], env)

@@ -10,6 +10,7 @@ Every problem names the annotation file and the record id. Strict mode (the defa
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -20,26 +21,32 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
+from gbtrain.config import load_config
 from gbtrain.coords import aspect_problem
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
+    CONTENT_FORMATS,
     LABEL_ALIASES,
+    LABELS,
     QUESTION_TYPE_ALIASES,
+    QUESTION_TYPES,
     STAGE_ALIASES,
     UNKNOWN,
     Mark,
     Record,
 )
-from gbtrain.vocabulary import L2, LEVELS
+from gbtrain.vocabulary import L1, L2, L3, LEVELS
 
 # Keys as they appear in the data: English first, then the Chinese spelling (纬度 is the data's typo).
 _STAGE_KEYS = ("educational_stage", "学段")
 _FORMAT_KEYS = ("dimension1", "纬度1")
 _TYPE_KEYS = ("dimension2", "纬度2")
 _QUESTION_ID_KEYS = ("question_id", "题目id")
-_KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS}
+_ANNO_RESULT_KEYS = ("anno_result", "拉框结果")  # the annotation tool's own right/wrong; unused, as by the benchmark
+_KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS, *_ANNO_RESULT_KEYS}
 _KNOWN_MARK_KEYS = {"bbox_2d", "markLabel", "attributes", *_STAGE_KEYS}
 _KNOWN_RECORD_KEYS = {"id", "subject", "level", "image", "width", "height", "marks", "page_id"}
+ALIASES_FILE = "aliases.yaml"  # DATA/annotations/aliases.yaml: the user's own spellings of labels and categories
 
 BOX_TOLERANCE_FRACTION = 0.02  # boxes may overshoot the image by 2% of its size (annotation slop)
 
@@ -66,19 +73,126 @@ class AnnotationError(ValueError):
 
 
 @dataclass
+class Aliases:
+    """DATA/annotations/aliases.yaml: your spellings -> gbtrain's names, added to the benchmark's own, e.g.
+    `labels: {correct: right, partial: half_right}`. It lives with the annotations (and is hashed with them), so
+    every tool that reads the folder reads the same meanings."""
+
+    labels: dict[str, str] = field(default_factory=dict)  # markLabel -> right / wrong / half_right / ...
+    stages: dict[str, str] = field(default_factory=dict)  # educational_stage -> Elementary / Junior_High / ...
+    question_types: dict[str, str] = field(default_factory=dict)  # dimension2 -> Fill-in-the-blank / ...
+    content_formats: dict[str, str] = field(default_factory=dict)  # dimension1 -> Text-only / Chart-based / Other
+
+
+@dataclass(frozen=True)
+class _Vocabulary:
+    """One annotated field's known values: the benchmark's aliases plus the user's, what lenient mode takes an
+    unknown value as, and the aliases.yaml section that maps it."""
+
+    name: str  # the key as the data spells it
+    aliases: dict[str, str]
+    fallback: str | None
+    section: str
+
+    def lookup(self, raw: str) -> str | None:
+        return self.aliases.get(raw) or self.aliases.get(raw.lower())
+
+
+def _vocabularies(data_dir: Path) -> dict[str, _Vocabulary]:
+    path = Path(data_dir) / "annotations" / ALIASES_FILE
+    user = load_config(Aliases, path) if path.is_file() else Aliases()
+    allowed = {"labels": LABELS, "stages": tuple(sorted(set(STAGE_ALIASES.values()))),
+               "question_types": QUESTION_TYPES, "content_formats": CONTENT_FORMATS}
+    bad = [f"{section}.{k}: {v!r} is not one of {', '.join(allowed[section])}"
+           for section in allowed for k, v in getattr(user, section).items() if v not in allowed[section]]
+    if bad:
+        raise AnnotationError([Problem(str(path), None, "; ".join(bad))])
+    return {
+        "label": _Vocabulary("markLabel", {**LABEL_ALIASES, **user.labels}, UNKNOWN, "labels"),
+        "stage": _Vocabulary("educational_stage", {**STAGE_ALIASES, **user.stages}, None, "stages"),
+        "type": _Vocabulary("dimension2", {**QUESTION_TYPE_ALIASES, **user.question_types}, "Other", "question_types"),
+        "format": _Vocabulary("dimension1", {**CONTENT_FORMAT_ALIASES, **user.content_formats}, "Other",
+                              "content_formats"),
+    }
+
+
+@dataclass
+class _Reading:
+    """What reading one level met beside its records: unknown values (by field and value) and keys outside the
+    format, with the first record of each, so that many marks of one kind make one line."""
+
+    vocabularies: dict[str, _Vocabulary]
+    unknown: Counter = field(default_factory=Counter)  # (field name, raw value) -> marks
+    unknown_keys: Counter = field(default_factory=Counter)  # (where, key) -> records or marks
+    first: dict = field(default_factory=dict)  # either key -> the first record id
+    record_id: str = ""
+
+    def value(self, kind: str, raw) -> str | None:
+        """The normalised value of a field (None when not annotated); an unknown one is counted and takes its
+        fallback, which lenient mode keeps and strict mode refuses once the file is read."""
+        if raw is None or str(raw).strip() == "":
+            return None
+        found = self.vocabularies[kind].lookup(str(raw).strip())
+        if found is None:
+            self.unknown[(kind, str(raw))] += 1
+            self.first.setdefault((kind, str(raw)), self.record_id)
+            return self.vocabularies[kind].fallback
+        return found
+
+    def keys(self, where: str, raw: dict, known: set[str]) -> dict:
+        """The keys of `raw` outside the format (a misspelling such as page_Id), counted; kept as extra fields."""
+        extra = {k: v for k, v in raw.items() if k not in known}
+        for k in extra:
+            self.unknown_keys[(where, k)] += 1
+            self.first.setdefault((where, k), self.record_id)
+        return extra
+
+    def counts(self) -> dict[str, int]:
+        """`markLabel 'correct' -> unknown`: marks per unknown value and what lenient mode took it as."""
+        out = {}
+        for (kind, raw), n in sorted(self.unknown.items()):
+            vocab = self.vocabularies[kind]
+            out[f"{vocab.name} {raw!r} -> {vocab.fallback or 'Unknown'}"] = n
+        out.update({f"{where} key {key!r} kept as extra": n for (where, key), n in sorted(self.unknown_keys.items())})
+        return out
+
+    def problems(self, fname: str, lenient: bool) -> list[Problem]:
+        """One line per unknown value or key, naming its first record and the way out (strict), or what lenient
+        mode did with it."""
+        lines = []
+        for (kind, raw), n in sorted(self.unknown.items()):
+            vocab = self.vocabularies[kind]
+            fallback = vocab.fallback or "Unknown"
+            message = (f"unknown {vocab.name} {raw!r} on {n} mark(s), taken as {fallback!r} (--lenient)" if lenient
+                       else f"unknown {vocab.name} {raw!r} on {n} mark(s): map it in annotations/{ALIASES_FILE} "
+                            f"({vocab.section}: {{{raw}: ...}}) or pass --lenient to take it as {fallback!r}")
+            lines.append(Problem(fname, self.first[(kind, raw)], message))
+        for (where, key), n in sorted(self.unknown_keys.items()):
+            known = _KNOWN_RECORD_KEYS if where == "record" else _KNOWN_MARK_KEYS
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            message = (f"unknown {where} key {key!r} on {n} {where}(s), kept as an extra field (--lenient)" if lenient
+                       else f"unknown {where} key {key!r}{hint} on {n} {where}(s): rename it, or pass --lenient to "
+                            f"keep it as an extra field")
+            lines.append(Problem(fname, self.first[(where, key)], message))
+        return lines
+
+
+@dataclass
 class LoadedLevel:
     level: str
     records: list[Record]
     skipped: list[Problem] = field(default_factory=list)  # lenient mode: records left out, with why
-    warnings: list[Problem] = field(default_factory=list)
-    unknown_labels: Counter = field(default_factory=Counter)
+    warnings: list[Problem] = field(default_factory=list)  # lenient mode: unknown values and keys, counted
+    unknown_values: dict[str, int] = field(default_factory=dict)  # "markLabel 'correct' -> unknown": marks
+    pages_from_names: set[str] = field(default_factory=set)  # L1 records whose page came from their image name
 
     def summary(self) -> str:
         parts = [f"{self.level}: {len(self.records)} records"]
         if self.skipped:
             parts.append(f"{len(self.skipped)} skipped")
-        if self.unknown_labels:
-            parts.append(f"unknown labels {dict(self.unknown_labels)}")
+        if self.unknown_values:
+            parts.append(f"unknown values {self.unknown_values}")
         return ", ".join(parts)
 
 
@@ -95,10 +209,13 @@ def image_path(data_dir: str | Path, record: Record) -> Path:
 
 
 def annotations_sha256(data_dir: str | Path) -> str:
-    """A short hash of a data folder's annotation files (names and bytes): what evaluation and selection folders
-    record, so work made on other annotations is refused rather than mixed."""
+    """A short hash of a data folder's annotation files and aliases (names and bytes): what evaluation and
+    selection folders record, so work made on other annotations (or other meanings of them) is refused rather than
+    mixed."""
     digest = hashlib.sha256()
-    for path in sorted((Path(data_dir) / "annotations").glob("*.json")):
+    folder = Path(data_dir) / "annotations"
+    aliases = [folder / ALIASES_FILE] if (folder / ALIASES_FILE).is_file() else []
+    for path in [*sorted(folder.glob("*.json")), *aliases]:
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -153,7 +270,7 @@ def _text(value, key: str) -> str | None:
     return _unicode(value, key) if isinstance(value, str) else str(value)
 
 
-def _parse_mark(raw: dict, index: int, unknown_labels: Counter) -> Mark:
+def _parse_mark(raw: dict, index: int, reading: _Reading) -> Mark:
     where = f"mark {index}"
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected an object, got {type(raw).__name__}")
@@ -161,30 +278,28 @@ def _parse_mark(raw: dict, index: int, unknown_labels: Counter) -> Mark:
         raise ValueError(f"{where}: missing bbox_2d")
     points = _parse_points(raw["bbox_2d"], where)
     raw_label = str(raw.get("markLabel", ""))
-    label = LABEL_ALIASES.get(raw_label.strip()) or LABEL_ALIASES.get(raw_label.strip().lower())
-    if label is None:
-        unknown_labels[raw_label] += 1
-        label = UNKNOWN
+    if not raw_label.strip():
+        raise ValueError(f"{where}: missing markLabel (right, wrong, question, ... or 正确 / 错误 / 整题)")
+    label = reading.value("label", raw_label)
     attrs = raw.get("attributes") or {}
     if not isinstance(attrs, dict):
         raise ValueError(f"{where}: attributes must be an object")
-    raw_stage = _first(raw, _STAGE_KEYS)
-    raw_type = _first(attrs, _TYPE_KEYS)
-    raw_format = _first(attrs, _FORMAT_KEYS)
+    question_type = reading.value("type", _first(attrs, _TYPE_KEYS))
+    content_format = reading.value("format", _first(attrs, _FORMAT_KEYS))
     qid = _first(attrs, _QUESTION_ID_KEYS)
     return Mark(
         points=points,
         label=label,
         raw_label=raw_label,
-        mark_id=str(attrs.get("id", "")).strip(),
+        mark_id=(_text(attrs.get("id"), f"{where} attributes.id") or "").strip(),
         hand=_text(attrs.get("hand"), f"{where} attributes.hand") or "",
         std=_text(attrs.get("std"), f"{where} attributes.std"),
-        question_type=QUESTION_TYPE_ALIASES.get(str(raw_type).strip(), "Other") if raw_type else "Other",
-        content_format=CONTENT_FORMAT_ALIASES.get(str(raw_format).strip(), "Other") if raw_format else "Other",
-        stage=STAGE_ALIASES.get(str(raw_stage).strip()) if raw_stage else None,
+        question_type=question_type or "Other",
+        content_format=content_format or "Other",
+        stage=reading.value("stage", _first(raw, _STAGE_KEYS)),
         question_id=_text(qid, f"{where} question id"),
         extra_attributes={k: v for k, v in attrs.items() if k not in _KNOWN_ATTRS},
-        extra={k: v for k, v in raw.items() if k not in _KNOWN_MARK_KEYS},
+        extra=reading.keys("mark", raw, _KNOWN_MARK_KEYS),
     )
 
 
@@ -194,7 +309,19 @@ def _check_image_path(rel: str) -> None:
         raise ValueError(f"image path {rel!r} must be relative to the level's image folder, without '..'")
 
 
-def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
+def _crop_page(image: str) -> str:
+    """The page an L1 crop without page_id was cut from, by the benchmark's naming (`<page>_<k>`, as its L2 ids);
+    a crop that does not follow it is refused. The split is by page: a crop hashed apart from its page would put
+    test pages' questions into training."""
+    stem = image.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    page = stem.rsplit("_", 1)[0] if "_" in stem else ""
+    if not page:
+        raise ValueError(f"an L1 crop needs page_id (the page it was cut from; its image name {image!r} does not "
+                         f"follow the benchmark's <page>_<k> naming), so that a page's crops stay in one split")
+    return page
+
+
+def parse_record(raw: dict, level: str, reading: _Reading) -> Record:
     """Normalise one raw record; raises ValueError with what is wrong (the caller adds file and id)."""
     for key in ("id", "image", "width", "height", "marks"):
         if key not in raw:
@@ -213,7 +340,7 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
         raise ValueError(aspect)
     if not isinstance(raw["marks"], list):
         raise ValueError("marks must be a list")
-    marks = [_parse_mark(m, i, unknown_labels) for i, m in enumerate(raw["marks"])]
+    marks = [_parse_mark(m, i, reading) for i, m in enumerate(raw["marks"])]
     tol_x, tol_y = BOX_TOLERANCE_FRACTION * width, BOX_TOLERANCE_FRACTION * height
     for i, m in enumerate(marks):
         b = m.box
@@ -229,7 +356,7 @@ def parse_record(raw: dict, level: str, unknown_labels: Counter) -> Record:
     record = Record(
         record_id=str(raw["id"]), level=level, subject=subject, image=rel, width=width, height=height,
         marks=marks, page=_text(raw.get("page_id"), "page_id"),
-        extra={k: v for k, v in raw.items() if k not in _KNOWN_RECORD_KEYS},
+        extra=reading.keys("record", raw, _KNOWN_RECORD_KEYS),
     )
     if level == L2 and not record.context_regions and not record.groups:
         raise ValueError("an L2 record needs a question mark (the region to grade) or answer marks to derive it from")
@@ -296,29 +423,35 @@ def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check
         raise AnnotationError([Problem(fname, None, "expected a list of records or {'samples': [...]}")])
 
     out = LoadedLevel(level=level, records=[])
+    reading = _Reading(_vocabularies(data_dir))
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(raw_records):
         rid = str(raw.get("id")) if isinstance(raw, dict) and "id" in raw else f"#{index}"
         rid = rid.encode("utf-8", "backslashreplace").decode()  # printable in messages and the card
+        reading.record_id = rid
         try:
             if not isinstance(raw, dict):
                 raise ValueError(f"record {index} is not an object")
             if rid in seen:
                 raise ValueError(f"duplicate record id (first at position {seen[rid]}, again at {index})")
             seen[rid] = index
-            record = parse_record(raw, level, out.unknown_labels)
+            record = parse_record(raw, level, reading)
+            if level == L1 and record.page is None:
+                record.page = _crop_page(record.image)
+                out.pages_from_names.add(record.record_id)
             if check_images:
                 _check_image_file(data_dir, record)
         except ValueError as e:
             problems.append(Problem(fname, rid, str(e)))
             continue
         out.records.append(record)
-    for raw_label, n in out.unknown_labels.items():
-        out.warnings.append(Problem(fname, None, f"unknown markLabel {raw_label!r} on {n} mark(s), scored as "
-                                                 f"'{UNKNOWN}'"))
-    if problems and not lenient:
-        raise AnnotationError(problems)
+    if not lenient:
+        problems += reading.problems(fname, lenient=False)
+        if problems:
+            raise AnnotationError(problems)
+    out.warnings = reading.problems(fname, lenient=True)
+    out.unknown_values = reading.counts()
     out.skipped = problems
     return out
 
@@ -332,7 +465,30 @@ def load_dataset(data_dir: str | Path, levels: tuple[str, ...] | list[str] | Non
     levels = list(levels) if levels else available_levels(data_dir)
     if not levels:
         raise AnnotationError([Problem(str(data_dir / "annotations"), None, "no L1/L2/L3 annotation files")])
-    return {lvl: load_level(data_dir, lvl, lenient=lenient, check_images=check_images) for lvl in levels}
+    loaded = {lvl: load_level(data_dir, lvl, lenient=lenient, check_images=check_images) for lvl in levels}
+    _check_crop_pages(data_dir, loaded, lenient)
+    return loaded
+
+
+def _check_crop_pages(data_dir: Path, loaded: dict[str, LoadedLevel], lenient: bool) -> None:
+    """An L1 crop whose page came from its name must name a page of the L2/L3 files, when there are any: else the
+    naming is not the benchmark's and the split would guess. Lenient: such crops are skipped, listed."""
+    pages = {r.page_id for lvl in (L2, L3) if lvl in loaded for r in loaded[lvl].records}
+    if L1 not in loaded or not pages:
+        return
+    level = loaded[L1]
+    stray = [r for r in level.records if r.record_id in level.pages_from_names and r.page not in pages]
+    if not stray:
+        return
+    fname = str(annotation_path(data_dir, L1))
+    why = ("no page_id, and {page!r} (its image name up to the last '_') is no page of the L2/L3 files: add page_id "
+           "(the page it was cut from), so that a page's crops stay in one split")
+    if not lenient:
+        others = f" ({len(stray) - 1} more crops alike)" if len(stray) > 1 else ""
+        raise AnnotationError([Problem(fname, stray[0].record_id, why.format(page=stray[0].page) + others)])
+    gone = {r.record_id for r in stray}
+    level.records = [r for r in level.records if r.record_id not in gone]
+    level.skipped += [Problem(fname, r.record_id, why.format(page=r.page)) for r in stray]
 
 
 def _mark_to_raw(m: Mark) -> dict:

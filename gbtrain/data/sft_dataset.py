@@ -1,10 +1,10 @@
 """Build the SFT DatasetDict: split pages, sample the conversation mix, check lengths, write the card.
 
-Output folder (``datasets.load_from_disk`` opens it; ``load_sft_dataset`` also rebases image paths
-when the folder was moved):
+Output folder (``datasets.load_from_disk`` opens it; ``load_sft_dataset`` also turns the rows' image paths,
+which are relative to OUT so that the folder can be moved or copied whole, into files to open):
 
     OUT/dataset_dict.json, train/, validation/, test/   the conversations
-    OUT/images/<level>/<subject>/<file>.jpg              each image once (rows refer to it by path)
+    OUT/images/<level>/<subject>/<file>.jpg              each image once (rows refer to it as images/<level>/...)
     OUT/card.md, OUT/stats.json, OUT/build_config.yaml   what was built, counted
 """
 
@@ -160,14 +160,18 @@ class LengthCounter:
         return [t + n for t, n in zip(text, image_tokens, strict=True)]
 
 
+IMAGES_DIR = "images"  # OUT/images: every image a row names, by a path relative to OUT
+
+
 def _place_images(data_dir: Path, out: Path, records: list[Record], workers: int) -> dict[tuple[str, str], str]:
-    """Link (or copy) each distinct image into OUT/images once; return (level, image) -> absolute path."""
+    """Link (or copy) each distinct image into OUT/images once; return (level, image) -> its path relative to OUT
+    (`images/L1/...`: moved or shared, the folder's rows still name its own images)."""
     wanted = {(r.level, r.image) for r in records}
-    targets = {key: (out / "images" / key[0] / key[1]).resolve() for key in wanted}
+    targets = {key: Path(IMAGES_DIR, *key).as_posix() for key in wanted}
 
     def place(key: tuple[str, str]) -> None:
         src = annotations.image_root(data_dir, key[0]) / key[1]
-        dst = targets[key]
+        dst = out / targets[key]
         dst.parent.mkdir(parents=True, exist_ok=True)
         if dst.exists():
             dst.unlink()
@@ -178,7 +182,7 @@ def _place_images(data_dir: Path, out: Path, records: list[Record], workers: int
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         list(tqdm(pool.map(place, sorted(wanted)), total=len(wanted), desc="images", leave=False))
-    return {k: str(v) for k, v in targets.items()}
+    return targets
 
 
 def _row(c: Conversation, split: str, image: str, length: int) -> dict:
@@ -236,7 +240,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                                     encoding="utf-8")
     (out / "card.md").write_text(render_card(stats), encoding="utf-8")
-    (out / "build_config.yaml").write_text(to_yaml(cfg) + f"out_resolved: {out.resolve()}\n", encoding="utf-8")
+    (out / "build_config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
     return stats
 
 
@@ -269,7 +273,8 @@ def _stats(cfg: BuildConfig, loaded, plan: Plan, rows: list[dict], dropped: Coun
         "dropped_over_max_length": {f"{k[0]}/{k[1]}/t{k[2]}": n for k, n in sorted(dropped.items())},
         "shortfall": {f"{k[0]}/{k[1]}/{k[2]}/t{k[3]}": n for k, n in sorted(plan.shortfall.items())},
         "skipped_records": [str(p) for ld in loaded.values() for p in ld.skipped],
-        "unknown_labels": {lvl: dict(ld.unknown_labels) for lvl, ld in loaded.items() if ld.unknown_labels},
+        "reader_warnings": [str(p) for ld in loaded.values() for p in ld.warnings],
+        "unknown_values": {lvl: ld.unknown_values for lvl, ld in loaded.items() if ld.unknown_values},
         "config": {"target_count": cfg.target_count, "coords": cfg.coords, "seed": cfg.seed,
                    "min_pixels": cfg.vision.min_pixels, "max_pixels": cfg.vision.max_pixels,
                    "max_length": cfg.max_length, "tokenizer": cfg.tokenizer},
@@ -306,31 +311,41 @@ def render_card(stats: dict) -> str:
     parts.append(_table(f"Dropped for length > {c['max_length']} tokens (level/mode/turns)",
                         stats["dropped_over_max_length"] or {"none": 0}))
     parts.append(_table("Shortfall against the configured mix (too few records)", stats["shortfall"] or {"none": 0}))
+    for level, counts in stats["unknown_values"].items():
+        parts.append(_table(f"{level}: values outside the format, taken as shown (lenient mode)", counts))
     if stats["skipped_records"]:
         parts.append("### Skipped records (lenient mode)\n\n" + "\n".join(f"- {s}" for s in stats["skipped_records"]))
     return "\n".join(parts) + "\n"
 
 
 def load_sft_dataset(out: str | Path, decode_images: bool = True):
-    """Open a built dataset for training: image paths are rebased onto `out` if the folder was moved,
-    and (decode_images) the `images` column becomes an Image feature, decoded lazily to PIL on access."""
+    """Open a built dataset for training, wherever the folder now lies: the rows name their images relative to it
+    (a moved or copied build keeps working), so each path becomes that file under `out` (checked to exist), and
+    (decode_images) the `images` column becomes an Image feature, decoded lazily to PIL on access."""
     from datasets import DatasetDict, Features, Image, List, load_from_disk
 
     out = Path(out).resolve()
-    built = finished_build(out)
+    finished_build(out)
     dd = load_from_disk(str(out))
-    built_at = str(built.get("out_resolved")) if built is not None and built.get("out_resolved") else None
     # Both steps stay in memory (rows are text and image paths): written to disk, datasets would put cache files
     # into the build folder, an input that a reader must leave as it is (read-only, shared by ranks and runs).
-    if built_at and built_at != str(out):
-        def rebase(row):
-            return {"images": [str(out) + p[len(built_at):] if p.startswith(built_at) else p for p in row["images"]]}
-
-        dd = dd.map(rebase, desc="rebasing image paths", keep_in_memory=True)
+    dd = DatasetDict({name: _with_image_files(split, name, out) for name, split in dd.items()})
     if decode_images:
         dd = DatasetDict({name: split.cast(Features({**split.features, "images": List(Image())}), keep_in_memory=True)
                           for name, split in dd.items()})
     return dd
+
+
+def _with_image_files(split, name: str, out: Path):
+    """`split` with each image path joined to `out` (an absolute one, of a build made before paths were relative,
+    stays as it is); a missing file is an error here rather than in the middle of training."""
+    paths = [[str(out / p) for p in row] for row in split["images"]]
+    missing = sorted({p for row in paths for p in row if not Path(p).is_file()})
+    if missing:
+        raise FileNotFoundError(f"{out}: {len(missing)} image(s) that its {name} rows name are missing "
+                                f"(first: {missing[0]}): move or copy the build folder whole, {IMAGES_DIR}/ "
+                                f"included, or build it again with data_builders/build_sft.py")
+    return split.remove_columns("images").add_column("images", paths, feature=split.features["images"])
 
 
 def finished_build(out: str | Path):

@@ -5,8 +5,9 @@ GradingBench layout, so that practitioners can annotate their own exams with the
 
 Everything is read and checked before anything is written: in strict mode (the default) the first unmappable item
 stops the conversion with one line naming the export file and the item; in lenient mode those items are left out
-and listed in OUT/convert_report.json. The written folder is read back with the strict reader before the report
-says it is complete.
+and listed in OUT/convert_report.json, and a page that lost an answer region is left out of L3 (its questions
+touched by the loss out of L2/L1), listed too, unless keep_partial_pages. The written folder is read back with the
+strict reader before the report says it is complete.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from gbtrain.config import option, overlapping, require_out
-from gbtrain.data.annotations import load_dataset, write_level, write_manifest
+from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, load_dataset, write_level, write_manifest
 from gbtrain.data.converters import coco, cvat, labelme, labelstudio
-from gbtrain.data.converters.build import ImageFinder, PagePlanner, Plan
+from gbtrain.data.converters.build import ImageFinder, PagePlanner, PartialPage, Plan
 from gbtrain.data.converters.mapping import FORMATS, ConvertMapping, load_mapping
 from gbtrain.data.converters.sources import SourcePage
 from gbtrain.data.synth.generate import PageOutput, write_page
@@ -47,6 +48,9 @@ class ConvertRun:
     images: str | None = option(None, "folder holding the page images (default: the export's folder)")
     format: str | None = option(None, "the export's tool (default: the mapping's format)", choices=FORMATS)
     lenient: bool = option(False, "leave unmappable items out, listed in the report")
+    keep_partial_pages: bool = option(False, "with --lenient: keep a page that lost answer regions in L3 (and all its "
+                                             "questions in L2/L1), although its records then teach those regions "
+                                             "as blank")
     overrides: list[str] = option([], "key=value mapping overrides (e.g. subject=Mathematics)",
                                   positional=True)  # (option copies a list default for each instance)
 
@@ -90,9 +94,9 @@ def _is_report(path: Path) -> bool:
 
 
 def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images: str | Path | None = None,
-            lenient: bool = False, progress: bool = True) -> dict:
+            lenient: bool = False, progress: bool = True, keep_partial_pages: bool = False) -> dict:
     """Convert an export into OUT (GradingBench layout) and return the report (also OUT/convert_report.json).
-    IMAGES defaults to the export's folder."""
+    IMAGES defaults to the export's folder. `keep_partial_pages`: see ConvertRun."""
     require_out(out)
     export, out = Path(export), Path(out)
     if not export.exists():
@@ -102,7 +106,7 @@ def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images
         raise FileNotFoundError(f"images folder not found: {images}")
     check_out(out, export, images)
     plan = Plan()
-    planner = PagePlanner(mapping, ImageFinder(images), plan)
+    planner = PagePlanner(mapping, ImageFinder(images), plan, keep_partial=keep_partial_pages)
     for page in read_export(export, mapping):
         planner.add(page)
     if plan.unmapped and not lenient:
@@ -110,7 +114,9 @@ def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images
         raise ValueError(f"{plan.unmapped[0]}{more}: fix the export or the mapping, or rerun with --lenient to leave "
                          f"such items out (listed in {REPORT})")
     if not plan.pages:
-        raise ValueError(f"{export}: no page could be converted ({plan.pages_in} in the export)")
+        partial = (f"; {len(plan.partial)} left out as they lost answer regions (--keep-partial-pages keeps them)"
+                   if plan.partial else "")
+        raise ValueError(f"{export}: no page could be converted ({plan.pages_in} in the export{partial})")
     counts = _write(plan, out, progress)
     report = _report(plan, export, images, mapping, lenient, counts)
     (out / REPORT).write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -125,7 +131,8 @@ def _jpeg(image) -> bytes:
 
 def _write(plan: Plan, out: Path, progress: bool) -> dict[str, int]:
     """Replace OUT's images, annotations and manifest (the report is marked unfinished until the end); return the
-    records per level as the strict reader reads them back."""
+    records per level as the strict reader reads them back. A page left out of L3 keeps its file only as the L2
+    image its records name."""
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT).write_text(json.dumps({"status": "unfinished"}) + "\n", encoding="utf-8")
     for name in _OUTPUTS:
@@ -136,8 +143,10 @@ def _write(plan: Plan, out: Path, progress: bool) -> dict[str, int]:
         crops = [(record, _jpeg(image.crop((x, y, x + w, y + h)))) for record, (x, y, w, h) in page.l1]
         write_page(out, PageOutput(page.page_id, page.l3.subject, page.image.page_bytes(image), page.l3, page.l2,
                                     crops))
+        if not page.in_l3:  # the L2 file is a link to (or a copy of) it, and stays
+            (out / "images" / L3 / page.l3.image).unlink()
     levels = {L1: [r for p in plan.pages for r, _ in p.l1], L2: [r for p in plan.pages for r in p.l2],
-              L3: [p.l3 for p in plan.pages]}
+              L3: [p.l3 for p in plan.l3_pages]}
     levels = {level: records for level, records in levels.items() if records}
     for level, records in levels.items():
         write_level(out, level, records)
@@ -149,12 +158,15 @@ def _report(plan: Plan, export: Path, images: Path, mapping: ConvertMapping, len
             counts: dict[str, int]) -> dict:
     unknown = [f"{key} {value!r} on {n} region(s): not a known value, written as "
                f"{'None' if key == 'stage' else 'Other'}" for (key, value), n in sorted(plan.unknown_values.items())]
+    cut = [f"{plan.cut_at_edge} region(s) past the image's edge by at most {BOX_TOLERANCE_FRACTION:.0%} of its size: "
+           f"cut at the edge"] if plan.cut_at_edge else []
     return {
         "status": "complete", "export": str(export), "format": mapping.format, "images": str(images),
-        "lenient": lenient, "pages": {"in_export": plan.pages_in, "written": len(plan.pages)},
-        "records": counts, "groups": sum(len(p.l3.groups) for p in plan.pages),
+        "lenient": lenient, "pages": {"in_export": plan.pages_in, "written": len(plan.l3_pages),
+                                      "partial": len(plan.partial)},
+        "records": counts, "groups": sum(len(p.l3.groups) for p in plan.l3_pages),
         "ignored_labels": dict(plan.ignored), "unmapped": [vars(u) for u in plan.unmapped],
-        "notes": plan.notes + unknown,
+        "partial_pages": [vars(p) for p in plan.partial], "notes": plan.notes + unknown + cut,
     }
 
 
@@ -170,6 +182,14 @@ def summary_lines(report: dict, out: str | Path, shown: int = 20) -> list[str]:
     lines += [f"  {u['file']} [{u['item']}]: {u['message']}" for u in unmapped[:shown]]
     if len(unmapped) > shown:
         lines.append(f"  ... and {len(unmapped) - shown} more")
+    partial = report["partial_pages"]
+    if partial:
+        lines.append(f"pages that lost answer regions: {len(partial)}" + (
+            "" if partial[0]["kept"] else " (their records would teach those regions as blank; --keep-partial-pages "
+                                         "keeps them)") + ":")
+        lines += [f"  {PartialPage(**p)}" for p in partial[:shown]]
+        if len(partial) > shown:
+            lines.append(f"  ... and {len(partial) - shown} more")
     lines += [f"note: {n}" for n in report["notes"][:shown]]
     lines.append(f"report: {Path(out) / REPORT}")
     return lines

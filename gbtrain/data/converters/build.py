@@ -3,7 +3,9 @@
 Nothing is dropped silently: a region or page that cannot be mapped becomes an `Unmapped` entry naming the export
 file and the item (unknown label, unsupported shape, no verdict / id / transcription, an answer outside its
 question's region, a missing or unreadable image, ...). The caller decides: strict stops on the first, lenient
-leaves them out and lists them.
+leaves them out and lists them. A page that loses a region that is (or may be) an answer would teach that region
+as blank: it is a `PartialPage`, left out of L3 with the L2/L1 records of the questions it touches unless the
+caller keeps it.
 
 Levels, as the synthetic generator writes them (gbtrain.data.synth.generate): L3 is the page with every answer mark;
 L2 is one record per question, `{page}_{k}` in reading order, with the question's answer marks and its question
@@ -90,13 +92,31 @@ class PageImage:
         return buf.getvalue()
 
 
+@dataclass(frozen=True)
+class PartialPage:
+    """A page that lost answer regions (each listed as Unmapped), and the questions whose records would miss them."""
+
+    file: str
+    item: str
+    page_id: str
+    lost_answers: int
+    questions: list[str]
+    kept: bool  # written as it is (--keep-partial-pages); else out of L3, its questions out of L2/L1
+
+    def __str__(self) -> str:
+        what = "kept as it is" if self.kept else "left out of L3" + (
+            f", question(s) {', '.join(self.questions)} out of L2/L1" if self.questions else "")
+        return f"{self.file} [{self.item}] (page {self.page_id}): {self.lost_answers} answer region(s) lost: {what}"
+
+
 @dataclass
 class PagePlan:
     page_id: str
     image: PageImage
-    l3: Record
+    l3: Record  # its image path is the page's file (the L2 records share it)
     l2: list[Record]
     l1: list[tuple[Record, tuple[int, int, int, int]]]  # crop record and its (x, y, width, height) on the page
+    in_l3: bool = True  # False: a partial page, its L3 record left out
 
 
 @dataclass
@@ -106,7 +126,13 @@ class Plan:
     unmapped: list[Unmapped] = field(default_factory=list)
     ignored: Counter = field(default_factory=Counter)  # label -> regions left out by ignore_labels
     unknown_values: Counter = field(default_factory=Counter)  # (field, value) -> regions, written as Other / None
+    partial: list[PartialPage] = field(default_factory=list)
+    cut_at_edge: int = 0  # regions that overshot the image within the reader's tolerance, cut at its edge
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def l3_pages(self) -> list[PagePlan]:
+        return [p for p in self.pages if p.in_l3]
 
 
 class ImageFinder:
@@ -143,6 +169,8 @@ class ImageFinder:
                     return self._confined(folder / name, page)
         for name in names[1:] or names:  # file names only (the first name is the path, when it has folders)
             found = self._by_name(name)
+            if len(found) > 1 and page.subset:  # a CVAT project export: images/<subset>/<name>
+                found = [p for p in found if page.subset in p.relative_to(self.root).parts[:-1]] or found
             if len(found) > 1:
                 raise _Unmappable(f"image name {name!r} matches {len(found)} files under {self.root}: "
                                   f"{', '.join(str(p) for p in found[:3])}")
@@ -154,16 +182,30 @@ class ImageFinder:
                           f"{self.root}; set --images)")
 
 
-def _open_image(page: SourcePage, finder: ImageFinder) -> tuple[PageImage, tuple[int, int]]:
-    """The page's image and its size in the export's frame; a size the export contradicts is unmappable."""
-    source = finder.find(page)
+def _probe(source: Path | bytes) -> tuple[str, tuple[int, int], int]:
+    """(format, stored size, EXIF orientation) of an image that decodes whole; else unmappable."""
     name = source if isinstance(source, Path) else "the embedded imageData"
     try:
         with Image.open(source if isinstance(source, Path) else io.BytesIO(source)) as im:
             im.load()  # a truncated or corrupt file fails here, not half-way through writing
-            fmt, (w, h), orientation = im.format, im.size, im.getexif().get(_ORIENTATION, 1)
+            return im.format, im.size, im.getexif().get(_ORIENTATION, 1)
     except (OSError, SyntaxError, Image.DecompressionBombError) as e:
         raise _Unmappable(f"cannot read image {name}: {e}") from None
+
+
+def _open_image(page: SourcePage, finder: ImageFinder, notes: list[str]) -> tuple[PageImage, tuple[int, int]]:
+    """The page's image and its size in the export's frame; a size the export contradicts is unmappable. A file
+    that is no image gives way to the image the export embeds (labelme's tutorial file names itself as imagePath)."""
+    source = finder.find(page)
+    try:
+        fmt, (w, h), orientation = _probe(source)
+    except _Unmappable as e:
+        if not (isinstance(source, Path) and page.image_data):
+            raise
+        notes.append(f"{page.file} [{page.where}]: {e}: used the embedded imageData")
+        source = page.image_data
+        fmt, (w, h), orientation = _probe(source)
+    name = source if isinstance(source, Path) else "the embedded imageData"
     turned = (h, w) if orientation in _SWAPS_SIDES else (w, h)
     if page.size in (None, turned):
         return PageImage(source, fmt, orientation, upright=orientation != 1), turned
@@ -193,9 +235,11 @@ def _normalised(raw: str | None, aliases: dict[str, str], key: str, default, pla
     return value
 
 
-def _check_box(points: list[tuple[float, float]], width: int, height: int) -> list[tuple[float, float]]:
-    """Points rounded to 0.01 px; an empty box or one outside the image (beyond the reader's tolerance) is
-    unmappable."""
+def _check_box(points: list[tuple[float, float]], width: int, height: int) -> tuple[list[tuple[float, float]], bool]:
+    """Points rounded to 0.01 px and cut at the image's edge, and whether any was cut. Tools keep a region dragged a
+    little past the edge (Label Studio stores x + width = 101.6%); within the reader's tolerance it is cut at the
+    edge, so that the records made from it (an L1 crop is cut at the page's edge too) read back. An empty box, one
+    farther out, or one with nothing left inside the image is unmappable."""
     points = [(round(x, 2), round(y, 2)) for x, y in points]
     b = Box.enclosing(points)
     shown = [round(v, 1) for v in b.as_list()]
@@ -204,7 +248,11 @@ def _check_box(points: list[tuple[float, float]], width: int, height: int) -> li
     tol_x, tol_y = BOX_TOLERANCE_FRACTION * width, BOX_TOLERANCE_FRACTION * height
     if b.x1 < -tol_x or b.y1 < -tol_y or b.x2 > width + tol_x or b.y2 > height + tol_y:
         raise _Unmappable(f"box {shown} lies outside the {width}x{height} image")
-    return points
+    cut = [(min(max(x, 0), width), min(max(y, 0), height)) for x, y in points]
+    inside = Box.enclosing(cut)
+    if inside.width <= 0 or inside.height <= 0:
+        raise _Unmappable(f"box {shown} lies past the edge of the {width}x{height} image")
+    return cut, cut != points
 
 
 def _verdict(raw: str | None, m: ConvertMapping) -> str:
@@ -219,7 +267,7 @@ def _verdict(raw: str | None, m: ConvertMapping) -> str:
 
 def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: ConvertMapping, plan: Plan) -> Mark:
     """An answer region as a mark; raises _Unmappable naming what is missing."""
-    points = _check_box(item.points, *size)
+    points, cut = _check_box(item.points, *size)
     label = _verdict(_value(m.fields.verdict, item), m)
     mark_id = _value(m.fields.id, item)
     if mark_id is None:
@@ -228,6 +276,7 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
     if hand is None and label != UNANSWERED:
         raise _Unmappable(f"answer {mark_id}: no transcription (field {m.fields.hand!r}); an answer left blank has "
                           f"the verdict unanswered")
+    plan.cut_at_edge += cut
     return Mark(points=points, label=label, raw_label=label, mark_id=mark_id, hand=hand or "",
                 std=_value(m.fields.std, item),
                 question_type=_normalised(_value(m.fields.question_type, item, page), QUESTION_TYPE_ALIASES,
@@ -259,21 +308,29 @@ class _Region:
     def box(self) -> Box:
         return Box.enclosing(self.points)
 
-    def holds(self, mark: Mark) -> bool:
-        cx, cy = mark.box.center
+    def holds(self, box: Box) -> bool:
+        cx, cy = box.center
         b = self.box
         return b.x1 <= cx <= b.x2 and b.y1 <= cy <= b.y2
 
 
-def _parent(mark: Mark) -> str:
-    return mark.mark_id.split("-", 1)[0]
+def _parent(mark_id: str) -> str:
+    return mark_id.split("-", 1)[0]
+
+
+@dataclass
+class _Lost:
+    """A region that is (or may be) an answer, left out: its question by its id, where it lies."""
+
+    question: str | None
+    box: Box | None
 
 
 class PagePlanner:
     """Plans one page after another, recording what cannot be mapped in the shared Plan."""
 
-    def __init__(self, mapping: ConvertMapping, finder: ImageFinder, plan: Plan):
-        self.m, self.finder, self.plan = mapping, finder, plan
+    def __init__(self, mapping: ConvertMapping, finder: ImageFinder, plan: Plan, keep_partial: bool = False):
+        self.m, self.finder, self.plan, self.keep_partial = mapping, finder, plan, keep_partial
         self.page_ids: set[str] = set()
 
     def _unmapped(self, page: SourcePage, where: str, message: str) -> None:
@@ -285,17 +342,38 @@ class PagePlanner:
         try:
             if page.problems:
                 raise _Unmappable("; ".join(page.problems))
-            image, size = _open_image(page, self.finder)
+            image, size = _open_image(page, self.finder, self.plan.notes)
             subject = _subject(page, self.m)
         except _Unmappable as e:
             self._unmapped(page, page.where, f"page left out: {e}")
             return
-        answers, regions = self._regions(page, size)
+        lost: list[_Lost] = []
+        answers, regions = self._regions(page, size, lost)
         regions = self._named(page, answers, regions)
-        answers = self._placed(page, answers, regions)
-        self.plan.pages.append(self._records(page, image, size, subject, answers, regions))
+        answers = self._placed(page, answers, regions, lost)
+        touched = self._touched(lost, answers, regions) if lost else set()
+        plan = self._records(page, image, size, subject, answers, regions, set() if self.keep_partial else touched)
+        if lost:
+            self.plan.partial.append(PartialPage(page.file, page.where, plan.page_id, len(lost), sorted(touched),
+                                                 self.keep_partial))
+        plan.in_l3 = not lost or self.keep_partial
+        if plan.in_l3 or plan.l2:
+            self.plan.pages.append(plan)
 
-    def _regions(self, page: SourcePage, size: tuple[int, int]) -> tuple[list[tuple[SourceItem, Mark]], list[_Region]]:
+    def _touched(self, lost: list[_Lost], answers: list[Mark], regions: list[_Region]) -> set[str]:
+        """The questions whose records would miss a lost answer: the one its id names and those whose regions hold
+        it; every question of the page when neither can be told."""
+        touched = set()
+        for item in lost:
+            found = {r.qid for r in regions if item.box is not None and r.holds(item.box)}
+            found |= {item.question} - {None}
+            if not found:
+                return {_parent(mk.mark_id) for mk in answers} | {r.qid for r in regions}
+            touched |= found
+        return touched
+
+    def _regions(self, page: SourcePage, size: tuple[int, int],
+                 lost: list[_Lost]) -> tuple[list[tuple[SourceItem, Mark]], list[_Region]]:
         answers, regions = [], []
         for item in page.items:
             try:
@@ -305,11 +383,16 @@ class PagePlanner:
                 elif kind == "answer":
                     answers.append((item, _answer(item, page, size, self.m, self.plan)))
                 else:
-                    points = _check_box(item.points, *size)
+                    points, cut = _check_box(item.points, *size)
                     qid = _value(self.m.fields.question_id, item)
                     regions.append(_Region(item, points, qid, _stage(item, page, self.m, self.plan)))
+                    self.plan.cut_at_edge += cut
             except _Unmappable as e:
                 self._unmapped(page, item.where, str(e))
+                if item.label not in self.m.question_labels:  # an answer, or a label the mapping does not name
+                    mark_id = _value(self.m.fields.id, item)
+                    lost.append(_Lost(_parent(mark_id) if mark_id else None,
+                                      Box.enclosing(item.points) if item.points else None))
         return answers, regions
 
     def _kind(self, item: SourceItem) -> str:
@@ -329,7 +412,7 @@ class PagePlanner:
         """The question regions with a question id: their own, else the one the answers inside them share."""
         named = []
         for r in regions:
-            inside = sorted({_parent(mk) for _, mk in answers if r.holds(mk)})
+            inside = sorted({_parent(mk.mark_id) for _, mk in answers if r.holds(mk.box)})
             if r.qid is None and len(inside) == 1:
                 r.qid = inside[0]
             if r.qid is not None:
@@ -340,22 +423,26 @@ class PagePlanner:
                                f"with answers of questions {', '.join(inside)}" if inside else "without answers"))
         return named
 
-    def _placed(self, page: SourcePage, answers: list[tuple[SourceItem, Mark]], regions: list[_Region]) -> list[Mark]:
+    def _placed(self, page: SourcePage, answers: list[tuple[SourceItem, Mark]], regions: list[_Region],
+                lost: list[_Lost]) -> list[Mark]:
         """The answers that lie in a region of their own question (every answer, on a page without regions)."""
         if not regions:
             return [mk for _, mk in answers]
         kept = []
         for item, mark in answers:
-            if any(r.qid == _parent(mark) and r.holds(mark) for r in regions):
+            if any(r.qid == _parent(mark.mark_id) and r.holds(mark.box) for r in regions):
                 kept.append(mark)
                 continue
-            others = sorted({r.qid for r in regions if r.holds(mark)})
+            others = sorted({r.qid for r in regions if r.holds(mark.box)})
             self._unmapped(page, item.where, f"answer {mark.mark_id} lies in " + (
-                f"the region of question {', '.join(others)}, not of question {_parent(mark)}" if others else
-                "no question region"))
+                f"the region of question {', '.join(others)}, not of question {_parent(mark.mark_id)}" if others
+                else "no question region"))
+            lost.append(_Lost(_parent(mark.mark_id), mark.box))
         return kept
 
     def _page_id(self, page: SourcePage) -> str:
+        """The page's id: its image's file name made safe (gbtrain.text.safe_name: any script's letters and digits
+        stay), numbered when another page has it."""
         stem = (image_names(page.image_ref) or ["page"])[-1].rsplit(".", 1)[0] or "page"
         page_id, n = safe_name(stem), 1
         while page_id in self.page_ids:
@@ -367,14 +454,15 @@ class PagePlanner:
         return page_id
 
     def _records(self, page: SourcePage, image: PageImage, size: tuple[int, int], subject: str, answers: list[Mark],
-                 regions: list[_Region]) -> PagePlan:
+                 regions: list[_Region], dropped: set[str]) -> PagePlan:
+        """The page's records; the questions in `dropped` (those a lost answer touches) get no L2/L1 record."""
         page_id = self._page_id(page)
         w, h = size
         rel = f"{safe_name(subject)}/{page_id}{image.suffix}"
         plan = PagePlan(page_id, image, Record(page_id, L3, subject, rel, w, h, answers), [], [])
         questions: dict[str, tuple[list[Mark], list[_Region]]] = {}
         for mark in answers:
-            questions.setdefault(_parent(mark), ([], []))[0].append(mark)
+            questions.setdefault(_parent(mark.mark_id), ([], []))[0].append(mark)
         for r in regions:
             if r.qid in questions:
                 questions[r.qid][1].append(r)
@@ -387,6 +475,8 @@ class PagePlanner:
             return b.y1, b.x1
 
         for k, (qid, (marks, qregions)) in enumerate(sorted(questions.items(), key=lambda kv: top_left(kv[1]))):
+            if qid in dropped:  # its L2 id keeps its place in reading order: the others' ids do not shift
+                continue
             context = [Mark(points=r.points, label=CONTEXT, raw_label=CONTEXT, mark_id=qid, question_id=qid,
                             stage=r.stage) for r in qregions]
             plan.l2.append(Record(f"{page_id}_{k}", L2, subject, rel, w, h, [*marks, *context]))

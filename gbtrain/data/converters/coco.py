@@ -2,7 +2,9 @@
 
 A region is an annotation: its label the category's `name`, its shape the polygon `segmentation` when it has one
 (several polygons: their enclosing box), else `bbox` = [x, y, width, height] in pixels (turned about its centre
-by attributes.rotation, as CVAT and Datumaro write rotated boxes). Its attributes are the `attributes` object
+by attributes.rotation, as CVAT and Datumaro write rotated boxes). A mask (an RLE `segmentation` object, as CVAT
+and Datumaro export masks) and a crowd region (`iscrowd` 1) are not one answer area: they are listed, as CVAT
+masks and Label Studio brushes are, never taken as their bbox. Its attributes are the `attributes` object
 (Datumaro / CVAT's extension) and any other text or number key (e.g. COCO-Text's `utf8_string`). Extra text or
 number keys of an image entry are page attributes.
 """
@@ -61,13 +63,20 @@ def _item(page: SourcePage, ann: dict, index: int, categories: dict) -> SourceIt
     label = categories.get(ann.get("category_id"))
     if label is None:
         return SourceItem(where, "", None, attributes, f"category_id {ann.get('category_id')!r} is not in categories")
-    points = _polygon(ann.get("segmentation")) or _bbox(ann.get("bbox"), attributes.get("rotation"))
+    segmentation = ann.get("segmentation")
+    if isinstance(segmentation, dict) or ann.get("iscrowd") == 1:
+        what = "an RLE mask segmentation" if isinstance(segmentation, dict) else "a crowd region (iscrowd 1)"
+        return SourceItem(where, label, None, attributes, f"{what} cannot be a box: draw a polygon or box")
+    if segmentation:
+        points = _polygon(segmentation)
+        return SourceItem(where, label, points, attributes, None if points else "unreadable polygon segmentation")
+    points = _bbox(ann.get("bbox"), attributes.get("rotation"))
     return SourceItem(where, label, points, attributes, None if points else "no polygon segmentation and no bbox")
 
 
 def _polygon(segmentation):
-    """The polygon of a segmentation list (several: their enclosing box); None for RLE masks or none."""
-    if not isinstance(segmentation, list) or not segmentation:
+    """The polygon of a segmentation list (several: their enclosing box); None when it is not a list of polygons."""
+    if not isinstance(segmentation, list):
         return None
     polygons = [finite_points(zip(s[::2], s[1::2], strict=True)) if isinstance(s, list) and len(s) % 2 == 0
                 else None for s in segmentation]

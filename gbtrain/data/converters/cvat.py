@@ -3,8 +3,10 @@
 Each <image name width height> holds shapes; <box xtl ytl xbr ybr [rotation]> and <polygon points="x,y;x,y;...">
 are regions (pixels; a box's rotation turns it clockwise about its centre), their <attribute name=...> children
 their attributes. The <attribute> children of the image's <tag> elements are page attributes, and the tags'
-labels together are the page attribute "tag". Polylines, points, ellipses, cuboids, masks and skeletons cannot be
-boxes and are listed. The video format (<track>) is refused.
+labels together are the page attribute "tag". A project export names each image's subset (<image subset="Train">)
+and keeps its file as images/<subset>/<name>: pages of one name in two subsets are told apart by it. Polylines,
+points, ellipses, cuboids, masks and skeletons cannot be boxes and are listed. The video format (<track>) is
+refused.
 """
 
 from __future__ import annotations
@@ -35,18 +37,19 @@ def _attributes(element: ET.Element) -> dict[str, str]:
 
 
 def _page(path: Path, image: ET.Element) -> SourcePage:
-    name = image.get("name", "")
+    name, subset = image.get("name", ""), image.get("subset")
     size = finite_points([(image.get("width"), image.get("height"))], from_text=True)
-    page = SourcePage(str(path), f"image {name!r}", name, (int(size[0][0]), int(size[0][1])) if size else None)
+    where = f"image {name!r}" + (f" of subset {subset!r}" if subset else "")
+    page = SourcePage(str(path), where, name, (int(size[0][0]), int(size[0][1])) if size else None, subset=subset)
     tags = image.findall("tag")
     for tag in tags:
         page.attributes.update(_attributes(tag))
     if tags:
         page.attributes["tag"] = ",".join(t.get("label", "") for t in tags)
     for i, shape in enumerate(s for s in image if s.tag in _SHAPES):
-        where = f"image {name!r}, {shape.tag} #{i}"
         points, problem = _points(shape)
-        page.items.append(SourceItem(where, shape.get("label", ""), points, _attributes(shape), problem))
+        page.items.append(SourceItem(f"{where}, {shape.tag} #{i}", shape.get("label", ""), points,
+                                     _attributes(shape), problem))
     return page
 
 

@@ -1,11 +1,15 @@
-"""labelme JSON files: one per image, a folder of them (every *.json in it, sorted) or a single file.
+"""labelme JSON files: one per image, a folder of them (every *.json in it, sorted) or a single file; X-AnyLabeling
+writes the same format.
 
-A file names its image by `imagePath` (relative to the JSON file; `imageData` may embed it, base64) and holds
-`shapes`: `label`, `points` in pixels, `shape_type` ("rectangle": two opposite corners; "polygon"; files from
-before shape_type are polygons), `description`, `group_id`, `flags` ({name: bool}) and any extra keys labelme
-keeps. A shape's attributes: `description`, `group_id`, `flags` (the names of the flags set, comma-joined) and
-its extra text or number keys. The file's extra text or number keys and its set `flags` are page attributes.
-Circles, lines, points and masks cannot be boxes and are listed.
+A file names its image by `imagePath` (relative to the JSON file; `imageData` may embed it, base64: then it is used
+whenever imagePath is no image, as in labelme's tutorial file whose imagePath names the JSON itself) and holds
+`shapes`: `label`, `points` in pixels, `shape_type` ("rectangle": two opposite corners in labelme, the four corners
+from the top-left clockwise in X-AnyLabeling 2.2+; "polygon"; files from before shape_type are polygons),
+`description`, `group_id`, `flags` ({name: bool}) and any extra keys the tool keeps (X-AnyLabeling: `score`,
+`difficult`, `attributes` {name: value}, `kie_linking`). A shape's attributes: `description`, `group_id`, `flags`
+(the names of the flags set, comma-joined), the text or number values of its `attributes` object and its extra
+text or number keys. The file's extra text or number keys and its set `flags` are page attributes. Circles, lines,
+points, masks and X-AnyLabeling's rotated boxes cannot be boxes and are listed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import binascii
 from pathlib import Path
 
 from gbtrain.data.converters.sources import (
+    Points,
     SourceItem,
     SourcePage,
     finite_points,
@@ -25,7 +30,7 @@ from gbtrain.data.converters.sources import (
 )
 
 _FILE_KEYS = {"version", "flags", "shapes", "imagePath", "imageData", "imageHeight", "imageWidth"}
-_SHAPE_KEYS = {"label", "points", "shape_type", "flags", "description", "group_id", "mask"}
+_SHAPE_KEYS = {"label", "points", "shape_type", "flags", "description", "group_id", "mask", "attributes"}
 
 
 def read(path: Path) -> list[SourcePage]:
@@ -61,13 +66,15 @@ def _item(page: SourcePage, shape, index: int) -> SourceItem:
     shape = shape if isinstance(shape, dict) else {}
     where = f"{page.where}, shape #{index}"
     attributes = scalar_attributes(shape, _SHAPE_KEYS)
+    if isinstance(shape.get("attributes"), dict):  # X-AnyLabeling's per-shape attributes
+        attributes |= scalar_attributes(shape["attributes"], set())
     attributes |= {"description": text(shape.get("description")) or "", "flags": _flags(shape.get("flags"))}
     if shape.get("group_id") is not None:
         attributes["group_id"] = text(shape["group_id"]) or ""
     kind = shape.get("shape_type") or "polygon"
     pts = finite_points(shape.get("points") or [])
-    if kind == "rectangle" and pts and len(pts) == 2:
-        points = rectangle(*pts[0], *pts[1])
+    if kind == "rectangle" and pts and len(pts) in (2, 4):
+        points = _rectangle(pts)
     elif kind == "polygon" and pts and len(pts) >= 3:
         points = pts
     else:
@@ -75,3 +82,12 @@ def _item(page: SourcePage, shape, index: int) -> SourceItem:
     problem = None if points else (f"unreadable {kind} points" if kind in ("rectangle", "polygon") else
                                    f"shape {kind!r} cannot be a box: draw a rectangle or polygon")
     return SourceItem(where, text(shape.get("label")) or "", points, attributes, problem)
+
+
+def _rectangle(pts: Points) -> Points | None:
+    """A rectangle from two opposite corners (labelme) or its four corners in any order (X-AnyLabeling writes
+    [xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax]); four points that are not the corners of one upright
+    box are None (unreadable)."""
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    box = rectangle(min(xs), min(ys), max(xs), max(ys))
+    return box if len(pts) == 2 or set(pts) == set(box) else None

@@ -29,8 +29,18 @@ _CONTROLS = {"textarea": "text", "choices": "choices", "number": "number"}
 _UNSUPPORTED = ("ellipselabels", "ellipse", "keypointlabels", "keypoint", "brushlabels", "brush")
 
 
+_CSV_COLUMNS = ("annotation_id", "annotator", "lead_time")  # in every CSV / TSV export's header (label-studio-sdk
+# converter/exports/csv2.py: the keys "always presented")
+
+
 def read(path: Path, image_key: str) -> list[SourcePage]:
-    doc = read_json(path)
+    try:
+        doc = read_json(path)
+    except ValueError:
+        if _is_csv(path):
+            raise ValueError(f"{path}: Label Studio CSV exports are not supported: export JSON (Label Studio's "
+                             f"\"JSON\" format; JSON-MIN, like CSV, keeps no region's own values)") from None
+        raise
     tasks = [doc] if isinstance(doc, dict) and "data" in doc else doc
     if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
         raise ValueError(f"{path}: not a Label Studio JSON export (a list of tasks with 'data' and 'annotations')")
@@ -38,6 +48,15 @@ def read(path: Path, image_key: str) -> list[SourcePage]:
         raise ValueError(f"{path}: no task has 'annotations': export with Label Studio's \"JSON\" format (not "
                          f"JSON-MIN or CSV)")
     return [_page(path, task, i, image_key) for i, task in enumerate(tasks)]
+
+
+def _is_csv(path: Path) -> bool:
+    """A Label Studio CSV or TSV export: by its name, or by the columns of its header line."""
+    if path.suffix.lower() in (".csv", ".tsv"):
+        return True
+    with open(path, "rb") as f:
+        header = f.readline(65536).decode("utf-8", "replace")
+    return all(column in header for column in _CSV_COLUMNS)
 
 
 def _page(path: Path, task: dict, index: int, image_key: str) -> SourcePage:

@@ -17,6 +17,9 @@ from gbtrain import files
 Points = list[tuple[float, float]]
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
 _UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-")  # Label Studio stores uploads as <8 hex>-<original name>
+# Label Studio's COCO / YOLO exports copy each image as images/<first 8 hex of the MD5 of its URL>__<file name>
+# (label-studio-sdk, label_studio_tools/core/utils/io.py, _build_cache_path)
+_EXPORT_PREFIX = re.compile(r"^[0-9a-f]{8}__")
 
 
 @dataclass
@@ -42,6 +45,7 @@ class SourcePage:
     attributes: dict[str, str] = field(default_factory=dict)  # page-level fields (task data, CVAT tags, ...)
     image_data: bytes | None = None  # an image embedded in the export (labelme imageData)
     image_dirs: tuple[Path, ...] = ()  # folders the export's own paths are relative to, searched first
+    subset: str | None = None  # CVAT project exports: images/<subset>/<name>, which tells apart pages of one name
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # choices the reader made, reported
 
@@ -103,10 +107,12 @@ def rotated_rectangle(x: float, y: float, w: float, h: float, degrees: float, ab
 
 def image_names(ref: str) -> list[str]:
     """Names to look for an exported image under: its relative path, its file name, and the file name without
-    Label Studio's upload prefix. URLs and Label Studio's /data/local-files/?d=PATH are reduced to their path."""
+    Label Studio's prefixes (its COCO export's `<8 hex>__`, then the upload's `<8 hex>-`). URLs and Label Studio's
+    /data/local-files/?d=PATH are reduced to their path."""
     parts = urlsplit(ref.replace("\\", "/"))
     local = parse_qs(parts.query).get("d")  # already unquoted
     path = (local[0] if local else unquote(parts.path)).lstrip("/")
     base = path.rsplit("/", 1)[-1]
-    names = [path, base, _UPLOAD_PREFIX.sub("", base)]
+    exported = _EXPORT_PREFIX.sub("", base)
+    names = [path, base, exported, _UPLOAD_PREFIX.sub("", exported)]
     return [n for i, n in enumerate(names) if n and n not in names[:i]]
