@@ -32,6 +32,13 @@ def main() -> None:
           f"(localized {report['localized']:.4f}, recognized {report['recognized']:.4f}, "
           f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f}; "
           f"missing {cov['missing']}, unparsable {cov['unparsable']}, unexpected {cov['unexpected']} -> {run.out}")
+    points = report["points"]
+    if points:
+        m, pcov, k = points["model"], points["coverage"], points["model"]["kappa"]["value"]
+        print(f"points over {points['n']} groups: MAE {m['mae']:.3f} ({m['normalized_mae']:.3f} of the full score), "
+              f"bias {m['mean_signed_error']:+.3f}, kappa {'undefined' if k is None else f'{k:.3f}'}, same band "
+              f"{m['exact_band']:.3f}; missing {pcov['missing']}, out of range {pcov['out_of_range']}, unexpected "
+              f"{pcov['unexpected']}")
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ The package is laid out by the pipeline's stages, each importing only from the s
 1. ``data``: annotations, converters, the synthetic generator, SFT conversations and datasets.
 2. ``train``: collator, packed attention, model setup, trainer, LoRA merge.
 3. ``inference``: the vLLM, transformers and OpenAI-compatible backends.
-4. ``metric``: reply parsing, judges, the gated metric and mAP.
+4. ``metric``: reply parsing, judges, points against teachers', the gated metric and mAP.
 5. ``evaluation``: evaluation runs, reports, grading new pages, checkpoint selection, probes.
 6. ``miniature``: tiny hub-shaped models and the vision warm-up, for CPU work.
 """

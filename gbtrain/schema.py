@@ -131,6 +131,15 @@ class Mark:
     content_format: str = "Other"
     stage: str | None = None
     question_id: str | None = None  # on context marks: the question the region belongs to
+    # Points (docs/data.md): the question's full score, the teacher's score and a second teacher's, as annotated
+    # (an int stays an int, so a file round-trips), with the rubric, comment and arbitration note; None when absent.
+    full_score: float | None = None
+    score: float | None = None
+    score_2: float | None = None
+    rubric: str | None = None  # the rubric's text or id
+    rubric_version: str | None = None
+    comment: str | None = None  # the teacher's comment
+    arbitration: str | None = None  # how the two teachers' scores were settled
     extra_attributes: dict = field(default_factory=dict)  # attributes not understood, kept for round trips
     extra: dict = field(default_factory=dict)  # mark-level keys not understood, kept for round trips
 
@@ -191,6 +200,46 @@ class Group:
     @property
     def parent_id(self) -> str:
         return self.group_id.split("-", 1)[0]
+
+    def _agreed(self, attr: str):
+        """The one value the group's marks give for a points field (marks without it do not count); None when none
+        does. Marks that disagree are an error: which of their values is the group's cannot be guessed."""
+        values = {getattr(m, attr) for m in self.marks} - {None}
+        if len(values) > 1:
+            shown = ", ".join(sorted(repr(v) for v in values))
+            raise ValueError(f"group {self.group_id}: its marks disagree on {attr} ({shown}): give every mark of "
+                             f"the group the same {attr}, or it on one mark only")
+        return next(iter(values), None)
+
+    @property
+    def full_score(self) -> float | None:
+        return self._agreed("full_score")
+
+    @property
+    def score(self) -> float | None:
+        """The teacher's points (0..full_score); None when the group is graded right/wrong only."""
+        return self._agreed("score")
+
+    @property
+    def score_2(self) -> float | None:
+        """A second teacher's points: the human agreement the model is measured beside."""
+        return self._agreed("score_2")
+
+    @property
+    def rubric(self) -> str | None:
+        return self._agreed("rubric")
+
+    @property
+    def rubric_version(self) -> str | None:
+        return self._agreed("rubric_version")
+
+    @property
+    def comment(self) -> str | None:
+        return self._agreed("comment")
+
+    @property
+    def arbitration(self) -> str | None:
+        return self._agreed("arbitration")
 
     def _common(self, attr: str) -> str:
         return Counter(getattr(m, attr) for m in self.marks).most_common(1)[0][0]

@@ -20,6 +20,7 @@ from gbtrain.evaluation.grading import GradeRun
 from gbtrain.evaluation.run import EvalRun
 from gbtrain.evaluation.selection import SelectRun
 from gbtrain.inference.registry import ModelOptions
+from gbtrain.metric.agreement import AgreementRun
 from gbtrain.metric.scoring import ScoreRun
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -32,7 +33,8 @@ PAGES = {
                       "eval": lambda: keys_table(EvalRun, flags=True, leave_out=MODEL_FLAGS),
                       "grade": lambda: keys_table(GradeRun, flags=True, leave_out=MODEL_FLAGS),
                       "select": lambda: keys_table(SelectRun, flags=True, leave_out=MODEL_FLAGS),
-                      "score": lambda: keys_table(ScoreRun, flags=True)},
+                      "score": lambda: keys_table(ScoreRun, flags=True),
+                      "agreement": lambda: keys_table(AgreementRun, flags=True)},
 }
 
 

@@ -266,3 +266,55 @@ def test_aliases_are_hashed_with_the_annotations(tmp_path):
     before = annotations_sha256(data)
     (data / "annotations" / "aliases.yaml").write_text("labels: {correct: right}\n", encoding="utf-8")
     assert annotations_sha256(data) != before
+
+
+def test_points_are_typed_fields_and_round_trip_exactly(tmp_path):
+    """full_score, score, score_2, rubric, rubric_version, comment and arbitration are read onto the marks (not kept
+    as extras), taken by the group from whichever of its marks give them, and written back as annotated."""
+    points = {"full_score": 6, "score": 4.5, "score_2": 5, "rubric": "R7: 3 points a step", "rubric_version": 2,
+              "comment": "second step half right", "arbitration": "settled at 4.5 by the head of department"}
+    marks = [answer("半对", "2-1", **points), answer("半对", "2-1", box=[[60, 10], [90, 30]], full_score=6),
+             answer("正确", "2-2")]
+    data = make_data(tmp_path, [rec(marks=marks)])
+    first = load_level(data, "L3").records
+    g = first[0].groups[0]
+    assert (g.full_score, g.score, g.score_2, g.rubric, g.rubric_version, g.comment, g.arbitration) == \
+        (6, 4.5, 5, "R7: 3 points a step", "2", "second step half right", "settled at 4.5 by the head of department")
+    assert first[0].marks[0].extra_attributes == {} and first[0].groups[1].full_score is None
+    write_level(tmp_path, "L3", first)
+    written = json.loads((tmp_path / "annotations/L3.json").read_text(encoding="utf-8"))
+    assert {k: written[0]["marks"][0]["attributes"][k] for k in points} == {**points, "rubric_version": "2"}
+    assert "score" not in written[0]["marks"][1]["attributes"] and "full_score" not in written[0]["marks"][2][
+        "attributes"]  # a mark's own points only: binary-only marks are written as before
+    assert load_level(tmp_path, "L3").records == first
+
+
+@pytest.mark.parametrize(("attrs", "message"), [
+    ({"score": 3}, r"group 1-1: score without full_score: add attributes\.full_score"),
+    ({"score_2": 3}, r"group 1-1: score_2 without full_score"),
+    ({"full_score": 5}, r"group 1-1: full_score 5 without the teacher's score: add attributes\.score \(0\.\.5\)"),
+    ({"full_score": 0, "score": 0}, r"group 1-1: full_score 0 must be above 0"),
+    ({"full_score": 5, "score": 6}, r"group 1-1: score 6 is outside 0\.\.5"),
+    ({"full_score": 5, "score": -1}, r"group 1-1: score -1 is outside 0\.\.5"),
+    ({"full_score": 5, "score": 2, "score_2": 5.5}, r"group 1-1: score_2 5\.5 is outside 0\.\.5"),
+    ({"full_score": 5, "score": "3"}, r"mark 0 attributes\.score must be a number of points, got str '3'"),
+    ({"full_score": True, "score": 1}, r"attributes\.full_score must be a number of points, got bool"),
+    ({"full_score": float("nan"), "score": 1}, r"attributes\.full_score must be a finite number of points, got nan"),
+    ({"full_score": 5, "score": 10 ** 400}, r"attributes\.score must be a finite number of points"),
+    ({"full_score": 5, "score": 1, "comment": ["a"]}, r"attributes\.comment must be text"),
+])
+def test_bad_points_are_one_line_naming_file_record_and_group(tmp_path, attrs, message):
+    data = make_data(tmp_path, [rec(marks=[answer(**attrs)])])
+    with pytest.raises(AnnotationError, match=message) as e:
+        load_level(data, "L3")
+    assert len(str(e.value).splitlines()) == 1 and "L3.json [record p1]" in str(e.value)
+    assert load_level(data, "L3", lenient=True).skipped[0].record_id == "p1"  # lenient: the record is left out, listed
+
+
+def test_a_groups_marks_must_agree_on_points_and_question_marks_carry_none(tmp_path):
+    marks = [answer(full_score=10, score=4), answer(box=[[60, 10], [90, 30]], full_score=5, score=4)]
+    with pytest.raises(AnnotationError, match=r"\[record p1\]: group 1-1: its marks disagree on full_score \(10, 5\)"):
+        load_level(make_data(tmp_path, [rec(marks=marks)]), "L3")
+    ctx = {"bbox_2d": [0, 0, 100, 60], "markLabel": "question", "attributes": {"id": "1", "full_score": 10}}
+    with pytest.raises(AnnotationError, match=r"mark 1: points on a question mark"):
+        load_level(make_data(tmp_path, [rec(marks=[answer(), ctx])]), "L3")

@@ -526,6 +526,19 @@ def score_cases() -> list[Case]:
              setup=chain(data(), edit_record("L1", 1, set_key("id", None)), ok)),
         Case("annotation-hand-a-list", SCORE, score_args(data="{box}/data"), r"attributes\.hand must be text",
              setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.hand", ["4"])), ok)),
+        Case("annotation-score-above-full", SCORE, score_args(data="{box}/data"),
+             r"L1\.json \[record \S+\]: group \S+: score 12 is outside 0\.\.10 \(its full_score\)",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.full_score", 10)),
+                         edit_record("L1", 0, set_key("marks.0.attributes.score", 12)), ok)),
+        Case("annotation-score-without-full-score", SCORE, score_args(data="{box}/data"),
+             r"L1\.json \[record \S+\]: group \S+: score without full_score: add attributes\.full_score",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.score", 3)), ok)),
+        Case("annotation-score-a-string", SCORE, score_args(data="{box}/data"),
+             r"mark 0 attributes\.full_score must be a number of points, got str '10'",
+             setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.full_score", "10")), ok)),
+        Case("point-bands-decreasing", SCORE, score_args("--point-bands", "0.9,0.5"),
+             r"--point-bands 0\.9,0\.5: give increasing shares of the full score", setup=ok),
+        Case("large-error-0", SCORE, score_args("--large-error", "0"), r"--large-error 0\.0: give a share", setup=ok),
         Case("bomb-image-lenient", SCORE, score_args("--lenient", data="{box}/data"), code=0,
              check=report_has("out/report.json", n_records=2),
              setup=chain(data(), damage_image("bomb", "L1", 2), ok)),
@@ -542,6 +555,99 @@ def score_cases() -> list[Case]:
              r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401", setup=ok),
     ]
     return cases
+
+
+# ----------------------------------------------------------------------------------------------- eval/agreement.py
+AGREEMENT = "eval/agreement.py"
+TEACHER_LINES = ('{"submission": "Ann Lee", "question": "1", "score": 7, "full_score": 10}\n'
+                 '{"submission": "Ann Lee", "question": "2", "score": 2, "full_score": 4}\n')
+
+
+def agreement_args(*extra: str, out: str = "{box}/out/report.json") -> list[str]:
+    return ["--teacher", "{box}/t.jsonl", "--model", "{box}/m.jsonl", "--out", out, *extra]
+
+
+def scores(*lines: str, teacher: str | bytes = TEACHER_LINES) -> Callable[[Env], None]:
+    """box/t.jsonl (the teachers') and box/m.jsonl, one model line per (question, score as JSON text)."""
+    model = "".join(line + "\n" for line in lines)
+    return chain(write("t.jsonl", teacher), write("m.jsonl", model))
+
+
+def score_line(question: str, score: str, submission: str = "Ann Lee") -> str:
+    return f'{{"submission": "{submission}", "question": "{question}", "score": {score}}}'
+
+
+def nameless(env: Env, _stdout: str) -> str | None:
+    text = (env.box / "out/report.json").read_text(encoding="utf-8")
+    return "a submission's name in the report" if "Ann" in text or "Lee" in text else None
+
+
+def agreement_cases() -> list[Case]:
+    ok = scores(score_line("1", "6"), score_line("2", "2"))
+    return [
+        Case("ids-mismatch", AGREEMENT, agreement_args(), r"1 of the 2 question\(s\) of \S+/t\.jsonl have no score in "
+             r"\S+/m\.jsonl \(first: submission 'Ann Lee' question '2'\).*--allow-missing",
+             setup=scores(score_line("1", "6"))),
+        Case("unexpected-id", AGREEMENT, agreement_args(), r"1 score\(s\) of \S+/m\.jsonl are for no question of "
+             r"\S+/t\.jsonl \(first: submission 'Bo' question '1'\).*--allow-missing",
+             setup=scores(score_line("1", "6"), score_line("2", "2"), score_line("1", "3", "Bo"))),
+        Case("allow-missing", AGREEMENT, agreement_args("--allow-missing"), code=0,
+             check=all_of(report_has("out/report.json", points__coverage__missing=1, points__coverage__unexpected=1),
+                          nameless),
+             setup=scores(score_line("1", "6"), score_line("3", "1", "Bo"))),
+        Case("duplicate-score", AGREEMENT, agreement_args(), r"m\.jsonl: 1 keys are scored more than once .*"
+             r"--allow-duplicates", setup=scores(score_line("1", "6"), score_line("1", "5"), score_line("2", "2"))),
+        Case("allow-duplicates", AGREEMENT, agreement_args("--allow-duplicates"), code=0,
+             check=report_has("out/report.json", points__coverage__duplicate=1, points__model__mae=0.5),
+             setup=scores(score_line("1", "5"), score_line("1", "6"), score_line("2", "2"))),
+        *[Case(f"model-score-{name}", AGREEMENT, agreement_args(), code=0,
+               check=all_of(report_has("out/report.json", points__coverage__out_of_range=1), nameless),
+               setup=scores(score_line("1", value), score_line("2", "2")), limit_s=HOSTILE_S)
+          for name, value in (("nan", "NaN"), ("1e999", "1e999"), ("401-digit", "9" * 401), ("negative", "-1"),
+                              ("above-full", "11"), ("a-word", '"seven"'), ("null", "null"), ("a-list", "[7]"),
+                              ("10mb-string", '"' + "7" * 10_000_000 + '"'))],
+        Case("model-line-without-score", AGREEMENT, agreement_args(),
+             r"m\.jsonl:1: a line needs 'submission', 'question', 'score'", setup=scores('{"submission": "Ann Lee", '
+                                                                                        '"question": "1"}')),
+        Case("model-malformed-line", AGREEMENT, agreement_args(), r"m\.jsonl:2: malformed JSON line",
+             setup=scores(score_line("1", "6"), '{"submission": ')),
+        Case("teacher-score-above-full", AGREEMENT, agreement_args(), r"t\.jsonl:1: score 12 is outside 0\.\.10",
+             setup=scores(score_line("1", "6"), teacher='{"submission": "a", "question": "1", "score": 12, '
+                                                        '"full_score": 10}\n')),
+        Case("teacher-full-score-0", AGREEMENT, agreement_args(), r"t\.jsonl:1: full_score 0 must be above 0",
+             setup=scores(score_line("1", "0"), teacher='{"submission": "a", "question": "1", "score": 0, '
+                                                        '"full_score": 0}\n')),
+        Case("teacher-score-nan", AGREEMENT, agreement_args(), r"t\.jsonl:1: \"score\" must be a finite number",
+             setup=scores(score_line("1", "6"), teacher='{"submission": "a", "question": "1", "score": NaN, '
+                                                        '"full_score": 10}\n')),
+        Case("teacher-misspelled-key", AGREEMENT, agreement_args(),
+             r"t\.jsonl:1: unknown key 'socre_2' \(did you mean 'score_2'\?\)",
+             setup=scores(score_line("1", "6"), teacher='{"submission": "a", "question": "1", "score": 1, '
+                                                        '"full_score": 10, "socre_2": 3}\n')),
+        Case("teacher-graded-twice", AGREEMENT, agreement_args(), r"t\.jsonl:2: submission 'a' question '1' is graded "
+             r"twice", setup=scores(score_line("1", "6"), teacher='{"submission": "a", "question": "1", "score": 1, '
+                                                                   '"full_score": 10}\n' * 2)),
+        Case("teacher-not-utf8", AGREEMENT, agreement_args(), r"t\.jsonl: not UTF-8 text",
+             setup=scores(score_line("1", "6"), teacher=b'{"submission": "\xff", "question": "1"}\n')),
+        Case("teacher-empty", AGREEMENT, agreement_args(), r"t\.jsonl: no teacher scores",
+             setup=scores(score_line("1", "6"), teacher="")),
+        Case("teacher-missing", AGREEMENT, agreement_args(), r"/t\.jsonl: No such file or directory",
+             setup=write("m.jsonl", score_line("1", "6") + "\n")),
+        Case("bands-not-increasing", AGREEMENT, agreement_args("--point-bands", "0.9,0.5"),
+             r"--point-bands 0\.9,0\.5: give increasing shares", setup=ok),
+        Case("bands-not-numbers", AGREEMENT, agreement_args("--point-bands", "low,high"),
+             r"--point-bands 'low,high': give increasing shares", setup=ok),
+        Case("large-error-nan", AGREEMENT, agreement_args("--large-error", "nan"), r"--large-error nan: give a share",
+             setup=ok),
+        Case("out-is-the-teacher-file", AGREEMENT, agreement_args(out="{box}/t.jsonl"),
+             r"--out \S+/t\.jsonl is --teacher \S+: choose another --out", setup=ok, outputs=()),
+        Case("out-a-folder", AGREEMENT, agreement_args(out="{box}/out"), r"out.*(Is a directory|folder)",
+             setup=chain(ok, make_dir("out"))),
+        Case("out-read-only", AGREEMENT, agreement_args(out="{box}/ro/report.json"), RO,
+             setup=chain(ok, lambda env: read_only(env, "ro")), outputs=()),
+        Case("out-empty-name", AGREEMENT, agreement_args(out=""), r"--out is empty: name the report file", setup=ok,
+             outputs=()),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- eval/run_eval.py
@@ -2366,9 +2472,9 @@ def select_cases() -> list[Case]:
     ]
 
 
-CASES = [*score_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(), *reliance_cases(),
-         *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(), *grade_cases(),
-         *select_cases()]
+CASES = [*score_cases(), *agreement_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(),
+         *reliance_cases(), *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(),
+         *grade_cases(), *select_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint

@@ -23,6 +23,7 @@ from gbtrain.evaluation.reports import CompareRun
 from gbtrain.evaluation.run import EvalRun
 from gbtrain.evaluation.selection import SelectRun
 from gbtrain.inference.registry import BACKENDS, ModelOptions
+from gbtrain.metric.agreement import AgreementRun
 from gbtrain.metric.scoring import ScoreRun
 from gbtrain.miniature.tiny_model import TinyModelRun
 from gbtrain.train.merge import MergeRun
@@ -46,6 +47,7 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "eval/select_checkpoint.py": (SelectRun, ["--run", "r", "--data", "d", "--out", "o"]),
          "eval/score.py": (ScoreRun, ["--data", "d", "--level", "L1", "--mode", "answer-free", "--predictions", "p",
                                       "--coords", "qwen25", "--out", "o"]),
+         "eval/agreement.py": (AgreementRun, ["--teacher", "t.jsonl", "--model", "m.jsonl", "--out", "r.json"]),
          "eval/compare.py": (CompareRun, ["a.json", "b.json", "--out", "g.md"]),
          "recipes/merge_lora.py": (MergeRun, ["--base", "b", "--adapter", "a", "--out", "o"]),
          "data_builders/preview.py": (PreviewRun, ["--data", "d", "--out", "o"]),

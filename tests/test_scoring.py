@@ -5,6 +5,7 @@ import pytest
 from gbtrain.coords import CONVENTIONS, PixelBudget, to_model
 from gbtrain.data.annotations import load_dataset
 from gbtrain.data.conversations import answer_items
+from gbtrain.metric.points import PointsOptions
 from gbtrain.metric.scoring import (
     Predictions,
     PredictionsError,
@@ -201,24 +202,35 @@ def test_deterministic_bytes(tmp_path):
     assert len(json.loads((tmp_path / "a.json").read_text())["scorer_sha256"]) == 64
 
 
-def test_partial_credit():
-    def m(box, mid, full, got):
-        mk = mark(box, mid)
-        mk.extra_attributes = {"full_score": full, "score": got}
-        return mk
+def test_points_over_every_group_with_a_full_score():
+    """The scorer's points report: a score comes from the item matched to its group; a group whose item gives no
+    score is missing (and takes a worst score); a scored item that matched no group, or a group without points, is
+    unexpected; --exclude-other does not drop half-right groups from it."""
+    marks = [mark((100, 100, 200, 150), "1", full_score=10, score=10),
+             mark((100, 400, 300, 460), "2", "half_right", full_score=10, score=4, score_2=5),
+             mark((600, 100, 700, 150), "3", full_score=5, score=3),
+             mark((600, 400, 700, 460), "4")]  # right/wrong only
+    items = [dict(item((100, 100, 200, 150)), score=9), dict(item((100, 400, 300, 460)), score="7"),
+             item((600, 100, 700, 150)), dict(item((600, 400, 700, 460)), score=1),
+             dict(item((900, 700, 990, 790)), score=2)]  # far from every group
+    p = run([page(marks=marks)], {"p1": items}, exclude_other=True)["points"]
+    assert p["n"] == 3 and p["coverage"]["ids"]["missing"] == [["p1", "3"]]
+    assert p["coverage"]["ids"]["unexpected"] == [["p1", "4"], ["p1", "item 4"]]
+    m = p["model"]  # errors -1, +3 and, for the missing 3 of 5 (band 1), the worst score 0: -3
+    assert (m["mae"], m["mean_signed_error"], m["max_error"]) == (round(7 / 3, 6), round(-1 / 3, 6), 3.0)
+    assert m["confusion_matrix"]["counts"] == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
+    assert p["second_teacher"]["teacher_2"]["n"] == 1 and p["second_teacher"]["teacher_2"]["mae"] == 1.0
+    one_band = page(marks=[mark((100, 100, 200, 150), "1", full_score=10, score=10)])
+    k = run([one_band], {"p1": [dict(item((100, 100, 200, 150)), score=10)]})["points"]["model"]["kappa"]
+    assert k["value"] is None and "one band (>=85%)" in k["undefined"]
+    assert run([page()], {"p1": PERFECT})["points"] is None  # no points in the annotations
 
-    rec = page(marks=[m((100, 100, 200, 150), "1", 10, 10), m((100, 400, 300, 460), "2", 10, 4)])
-    items = [dict(item((100, 100, 200, 150)), score=9), dict(item((100, 400, 300, 460), "42"), score=7)]
-    pc = run([rec], {"p1": items})["partial_credit"]
-    assert pc["mae"] == 2 and pc["mean_signed_error"] == 1 and pc["max_error"] == 3
-    assert pc["confusion_matrix"] == [[0, 1, 0], [0, 0, 0], [0, 0, 1]]
-    # bands gt (0, 2), pred (1, 2): observed 0.25/2, expected from marginals; hand-computed kappa
-    # observed weighted disagreement 0.25/2; expected from the marginals (gt [1,0,1], pred [0,1,1]) 1.5/4
-    assert pc["qwk"]["value"] == pytest.approx(1 - (0.25 / 2) / (1.5 / 4), abs=1e-6)
-    same_band = page(marks=[m((100, 100, 200, 150), "1", 10, 10)])
-    pc = run([same_band], {"p1": [dict(item((100, 100, 200, 150)), score=10)]})["partial_credit"]
-    assert pc["qwk"]["value"] is None and "undefined" in pc["qwk"]["reason"]
-    assert run([page()], {"p1": PERFECT})["partial_credit"] is None
+
+def test_points_options_are_checked_and_recorded():
+    rep = run([page()], {"p1": PERFECT}, points_options=PointsOptions((0.5,), 0.25))
+    assert rep["settings"]["points_options"] == {"bands": (0.5,), "large_error": 0.25}
+    with pytest.raises(ValueError, match=r"--point-bands 0\.9,0\.5: give increasing shares"):
+        PointsOptions.parse("0.9,0.5", 0.5)
 
 
 def test_diagnostics():

@@ -32,6 +32,7 @@ from gbtrain.schema import (
     QUESTION_TYPES,
     STAGE_ALIASES,
     UNKNOWN,
+    Group,
     Mark,
     Record,
 )
@@ -43,7 +44,10 @@ _FORMAT_KEYS = ("dimension1", "纬度1")
 _TYPE_KEYS = ("dimension2", "纬度2")
 _QUESTION_ID_KEYS = ("question_id", "题目id")
 _ANNO_RESULT_KEYS = ("anno_result", "拉框结果")  # the annotation tool's own right/wrong; unused, as by the benchmark
-_KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS, *_ANNO_RESULT_KEYS}
+_POINT_NUMBERS = ("full_score", "score", "score_2")  # points: the question's, the teacher's, a second teacher's
+_POINT_TEXTS = ("rubric", "rubric_version", "comment", "arbitration")
+_KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS, *_ANNO_RESULT_KEYS,
+                *_POINT_NUMBERS, *_POINT_TEXTS}
 _KNOWN_MARK_KEYS = {"bbox_2d", "markLabel", "attributes", *_STAGE_KEYS}
 _KNOWN_RECORD_KEYS = {"id", "subject", "level", "image", "width", "height", "marks", "page_id"}
 ALIASES_FILE = "aliases.yaml"  # DATA/annotations/aliases.yaml: the user's own spellings of labels and categories
@@ -67,9 +71,12 @@ class AnnotationError(ValueError):
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
+        if len(problems) == 1:  # the common case (one value, one key, one file) is one line
+            super().__init__(str(problems[0]))
+            return
         shown = "\n  ".join(str(p) for p in problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        super().__init__(f"{len(problems)} annotation problem(s):\n  {shown}{more}")
+        super().__init__(f"{len(problems)} annotation problems:\n  {shown}{more}")
 
 
 @dataclass
@@ -270,6 +277,41 @@ def _text(value, key: str) -> str | None:
     return _unicode(value, key) if isinstance(value, str) else str(value)
 
 
+def _points(value, key: str) -> float | None:
+    """A number of points as annotated (an integer stays one, so the file round-trips); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number of points, got {type(value).__name__} {value!r:.60}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond a float's range
+        finite = False
+    if not finite:
+        raise ValueError(f"{key} must be a finite number of points, got {value!s:.60}")
+    return value
+
+
+def _check_points(group: Group) -> None:
+    """A group's points: the same on each of its marks that gives them, full_score > 0, score and full_score both or
+    neither (score_2 only beside them), each score within 0..full_score."""
+    full, score, second = group.full_score, group.score, group.score_2  # marks that disagree raise here
+    where = f"group {group.group_id}"
+    if full is None and score is None and second is None:
+        return
+    if full is None:
+        given = "score" if score is not None else "score_2"
+        raise ValueError(f"{where}: {given} without full_score: add attributes.full_score (the question's points)")
+    if full <= 0:
+        raise ValueError(f"{where}: full_score {full!r} must be above 0")
+    if score is None:
+        raise ValueError(f"{where}: full_score {full!r} without the teacher's score: add attributes.score "
+                         f"(0..{full!r}), or drop full_score to grade it right/wrong only")
+    for key, value in (("score", score), ("score_2", second)):
+        if value is not None and not 0 <= value <= full:
+            raise ValueError(f"{where}: {key} {value!r} is outside 0..{full!r} (its full_score)")
+
+
 def _parse_mark(raw: dict, index: int, reading: _Reading) -> Mark:
     where = f"mark {index}"
     if not isinstance(raw, dict):
@@ -298,6 +340,8 @@ def _parse_mark(raw: dict, index: int, reading: _Reading) -> Mark:
         content_format=content_format or "Other",
         stage=reading.value("stage", _first(raw, _STAGE_KEYS)),
         question_id=_text(qid, f"{where} question id"),
+        **{key: _points(attrs.get(key), f"{where} attributes.{key}") for key in _POINT_NUMBERS},
+        **{key: _text(attrs.get(key), f"{where} attributes.{key}") for key in _POINT_TEXTS},
         extra_attributes={k: v for k, v in attrs.items() if k not in _KNOWN_ATTRS},
         extra=reading.keys("mark", raw, _KNOWN_MARK_KEYS),
     )
@@ -349,6 +393,9 @@ def parse_record(raw: dict, level: str, reading: _Reading) -> Record:
                              f"{width}x{height} image")
         if not m.is_context and not m.mark_id:
             raise ValueError(f"mark {i}: answer mark without attributes.id")
+        if m.is_context and any(getattr(m, key) is not None for key in (*_POINT_NUMBERS, *_POINT_TEXTS)):
+            raise ValueError(f"mark {i}: points on a question mark, which is not graded: put full_score, score and "
+                             f"the rest on its answer marks")
     subject = str(raw.get("subject") or rel.split("/", 1)[0])
     raw_level = raw.get("level")
     if raw_level is not None and str(raw_level) != level:
@@ -358,6 +405,8 @@ def parse_record(raw: dict, level: str, reading: _Reading) -> Record:
         marks=marks, page=_text(raw.get("page_id"), "page_id"),
         extra=reading.keys("record", raw, _KNOWN_RECORD_KEYS),
     )
+    for group in record.groups:
+        _check_points(group)
     if level == L2 and not record.context_regions and not record.groups:
         raise ValueError("an L2 record needs a question mark (the region to grade) or answer marks to derive it from")
     return record
@@ -499,6 +548,7 @@ def _mark_to_raw(m: Mark) -> dict:
     attrs["dimension2"] = m.question_type
     if m.question_id is not None:
         attrs["question_id"] = m.question_id
+    attrs.update({key: getattr(m, key) for key in (*_POINT_NUMBERS, *_POINT_TEXTS) if getattr(m, key) is not None})
     attrs.update(m.extra_attributes)
     raw: dict = {"bbox_2d": [[x, y] for x, y in m.points], "markLabel": m.raw_label, "attributes": attrs}
     if m.stage is not None:

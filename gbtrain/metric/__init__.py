@@ -2,5 +2,7 @@
 
 - ``parsing``: a model's reply read into items, never crashing.
 - ``judges``: answer equivalence (rules, or an LLM through an inference backend).
+- ``points``: a model's points against teachers' (errors, banded kappa, coverage).
 - ``scoring``: the GradingBench gated metric and localization mAP.
+- ``agreement``: the points report from two score files (eval/agreement.py).
 """

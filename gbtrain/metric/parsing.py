@@ -41,6 +41,9 @@ _BOX_KEYS = ("bbox_2d", "bbox", "box", "bboxes")
 _TEXT_KEYS = ("text", "transcription", "hand", "handwriting")
 _ANSWER_KEYS = ("answer", "derived_answer")
 _CORRECT_KEYS = ("correctness", "correct", "is_correct", "judgment")
+_SCORE_KEYS = ("score", "points")
+# Why a model's score is no number of points (the points report lists each).
+NOT_A_NUMBER, NOT_FINITE = "not a number", "not finite"
 
 
 @dataclass
@@ -293,6 +296,20 @@ def parse_number(v) -> float | None:
     return None
 
 
+def parse_points(v) -> tuple[float | None, str | None]:
+    """A model's score as points, or why it is none: (points, None), or (None, NOT_A_NUMBER / NOT_FINITE). A number
+    written as text ("7.5") counts; a fraction or a grade ("7/10", "B") does not."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return None, NOT_A_NUMBER
+    try:
+        value = float(v.strip()) if isinstance(v, str) else float(v)
+    except ValueError:
+        return None, NOT_A_NUMBER
+    except OverflowError:  # an integer beyond a float's range
+        return None, NOT_FINITE
+    return (value, None) if math.isfinite(value) else (None, NOT_FINITE)
+
+
 def parse_boxes(value) -> list[list[float]]:
     """Boxes of an item's bbox field: [x1,y1,x2,y2], several of those, a polygon of [x, y] points, or
     any of these as a string. Invalid parts are dropped; [] when nothing valid remains."""
@@ -367,9 +384,11 @@ class PredictedItem:
     answer: str
     correctness: bool | None
     raw: dict
+    score: object = None  # the raw value of its score key (None: no score given), read by parse_points
 
 
 def normalize_items(items: list[dict]) -> list[PredictedItem]:
     return [PredictedItem(i, parse_boxes(_first(it, _BOX_KEYS)), _as_text(_first(it, _TEXT_KEYS)),
-                          _as_text(_first(it, _ANSWER_KEYS)), coerce_correctness(_first(it, _CORRECT_KEYS)), it)
+                          _as_text(_first(it, _ANSWER_KEYS)), coerce_correctness(_first(it, _CORRECT_KEYS)), it,
+                          _first(it, _SCORE_KEYS))
             for i, it in enumerate(items)]

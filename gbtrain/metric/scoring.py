@@ -24,8 +24,9 @@ from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.inference.base import VLLMMemory
-from gbtrain.metric import judges, parsing
+from gbtrain.metric import judges, parsing, points
 from gbtrain.metric.judges import normalize_text
+from gbtrain.metric.points import PointsOptions
 from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
 from gbtrain.vocabulary import ANSWER_FREE, FALSE_WORDS, LEVELS, MODES, TRUE_WORDS
 
@@ -45,6 +46,7 @@ class ScoreOptions:
     exclude_other: bool = False  # drop groups labelled other than right/wrong from the denominator
     allow_duplicates: bool = False
     judge: str = "rule"
+    points_options: PointsOptions = PointsOptions()  # bands and the large-error threshold
 
     def __post_init__(self):
         if self.level not in LEVELS or self.mode not in MODES:
@@ -218,52 +220,13 @@ def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]]) -> t
     return round(100 * sum(ap.values()) / len(ap), 4), ap
 
 
-def _partial_credit(records: list[Record], matched: dict[tuple[str, str], parsing.PredictedItem]) -> dict | None:
-    """MAE and banded QWK where annotations give `full_score` and `score` per group; None otherwise."""
-    rows = []
-    for r in records:
-        for g in r.groups:
-            attrs = g.marks[0].extra_attributes
-            full, gt = parsing.parse_number(attrs.get("full_score")), parsing.parse_number(attrs.get("score"))
-            if full is None or gt is None or full <= 0:
-                continue
-            item = matched.get((r.record_id, g.group_id))
-            pred = parsing.parse_number(item.raw.get("score")) if item is not None else None
-            rows.append((full, gt, pred))
-    if not rows:
-        return None
-    missing = sum(p is None for _, _, p in rows)
-    errs = [(p if p is not None else 0.0) - gt for _, gt, p in rows]
-    fulls = [f for f, _, _ in rows]
-
-    def band(x: float, full: float) -> int:
-        ratio = x / full
-        return 0 if ratio < 0.6 else (1 if ratio < 0.85 else 2)
-
-    gt_b = [band(gt, f) for f, gt, _ in rows]
-    pr_b = [band(p if p is not None else 0.0, f) for f, _, p in rows]
-    k = 3
-    conf = [[0] * k for _ in range(k)]
-    for a, b in zip(gt_b, pr_b, strict=True):
-        conf[a][b] += 1
-    n = len(rows)
-    hist_a = [sum(conf[i]) for i in range(k)]
-    hist_b = [sum(conf[i][j] for i in range(k)) for j in range(k)]
-    w = [[(i - j) ** 2 / (k - 1) ** 2 for j in range(k)] for i in range(k)]
-    observed = sum(w[i][j] * conf[i][j] for i in range(k) for j in range(k)) / n
-    expected = sum(w[i][j] * hist_a[i] * hist_b[j] for i in range(k) for j in range(k)) / (n * n)
-    kappa = {"value": round(1 - observed / expected, _ROUND), "reason": None} if expected > 0 else {
-        "value": None, "reason": "undefined: ground truth and predictions fall in a single band, so chance "
-                                 "disagreement is zero"}
-    return {
-        "n": n, "missing_score": missing,
-        "mae": round(sum(abs(e) for e in errs) / n, _ROUND),
-        "normalized_mae": round(sum(abs(e) / f for e, f in zip(errs, fulls, strict=True)) / n, _ROUND),
-        "mean_signed_error": round(sum(errs) / n, _ROUND),
-        "max_error": round(max(abs(e) for e in errs), _ROUND),
-        "errors_over_half_full_score": sum(abs(e) > f / 2 for e, f in zip(errs, fulls, strict=True)),
-        "qwk_bands": ["<60%", "60-85%", ">=85%"], "qwk": kappa, "confusion_matrix": conf,
-    }
+def _points(g: GradedSetting) -> dict | None:
+    """The points report (gbtrain.metric.points) over every group with a full score, --exclude-other or not (a
+    half-right answer is what points measure); None when the annotations give no points. A score comes from the
+    item matched to its group; a scored item that matched none is listed as unexpected, as `item <index>`."""
+    refs = [points.Reference((r.record_id, grp.group_id), grp.full_score, grp.score, grp.question_type, grp.score_2)
+            for r in g.records for grp in r.groups if grp.full_score is not None]
+    return points.points_report(refs, g.scores, g.opts.points_options) if refs else None
 
 
 def scorer_sha256() -> str:
@@ -288,6 +251,7 @@ class GradedSetting:
     judged_pairs: list[tuple[str, str]] = field(default_factory=list)  # (answer, reference) asked of the judge
     boxes_by_record: dict[str, list[Box]] = field(default_factory=dict)  # valid boxes of each answered record
     matched_items: dict[tuple[str, str], parsing.PredictedItem] = field(default_factory=dict)
+    scores: list[tuple[tuple[str, str], object]] = field(default_factory=list)  # ((record, group), score written)
     missing: list[str] = field(default_factory=list)
     unparsable: list[str] = field(default_factory=list)
     parse_reasons: Counter = field(default_factory=Counter)
@@ -343,7 +307,11 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
     g.no_valid_box += sum(ib.box is None for ib in items)
     g.boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
     pending = []
-    for g_idx, i_idx in match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius).items():
+    matches = match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius)
+    group_of = {i_idx: r.groups[g_idx].group_id for g_idx, i_idx in matches.items()}
+    g.scores += [((r.record_id, group_of.get(i, f"item {i}")), ib.item.score) for i, ib in enumerate(items)
+                 if ib.item.score is not None]
+    for g_idx, i_idx in matches.items():
         grp, out, item = r.groups[g_idx], group_outcomes[g_idx], items[i_idx].item
         g.matched_items[(r.record_id, grp.group_id)] = item
         out.localized = True
@@ -391,7 +359,7 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "coverage": _coverage,
     "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
     "breakdown": lambda g: breakdown(g.counted),
-    "partial_credit": lambda g: _partial_credit(g.records, g.matched_items),
+    "points": _points,
     "settings": lambda g: asdict(g.opts) | {"judge": getattr(g.judge, "name", g.opts.judge),
                                             "cer_threshold": CER_THRESHOLD, "iou_thresholds": list(IOU_THRESHOLDS)},
     "scorer_sha256": lambda g: scorer_sha256(),
@@ -453,13 +421,17 @@ class ScoreRun:
     exclude_other: bool = option(False, "drop half-right/unanswered/unknown groups")
     allow_duplicates: bool = option(False, "keep the last line of a duplicated id")
     lenient: bool = option(False, "skip bad annotation records (listed)")
+    point_bands: str = option("0.6,0.85", "points: the kappa bands' edges as shares of the full score (bands: "
+                                          "below 0.6, 0.6 to 0.85, from 0.85)")
+    large_error: float = option(0.5, "points: an error above this share of the full score is large")
 
 
 def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     """Score one prediction file and write its report; returns the report and the annotation problems skipped
     or warned about. The options are checked first, so a bad radius or budget never scores a file as 0.0."""
     opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
-                        run.match_radius, run.exclude_other, run.allow_duplicates, run.judge)
+                        run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
+                        PointsOptions.parse(run.point_bands, run.large_error))
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     loaded = load_level(run.data, run.level, lenient=run.lenient)
     if not loaded.records:  # a report of "0 groups" would read as a score
