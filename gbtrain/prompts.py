@@ -48,9 +48,19 @@ def references_block(references: list[tuple[str, str | None]]) -> str:
     return "Reference answers:\n" + "\n".join(lines)
 
 
+def points_block(points: list[tuple[str, float, str | None]]) -> str:
+    """Questions graded in points: each one's full score (and rubric), and where the points earned go. Only pages
+    that carry points get it, so a right/wrong-only prompt is the same text as before points existed."""
+    lines = [f"{qid}: {full:g} points" + (f" (rubric: {rubric})" if rubric else "") for qid, full, rubric in points]
+    return ("Full scores:\n" + "\n".join(lines) + '\nFor each of these questions, put the points the student\'s '
+            'answer earns (0 to its full score) in "score".')
+
+
 def single_turn(level: str, mode: str, coords: str, regions: list[list] | None = None,
-                references: list[tuple[str, str | None]] | None = None) -> str:
-    """The one-turn grading instruction: locate, transcribe, answer, judge; output a JSON list."""
+                references: list[tuple[str, str | None]] | None = None,
+                points: list[tuple[str, float, str | None]] | None = None) -> str:
+    """The one-turn grading instruction: locate, transcribe, answer, judge (and score, where points are given);
+    output a JSON list."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     parts = [_SCOPE[level]]
@@ -64,9 +74,12 @@ def single_turn(level: str, mode: str, coords: str, regions: list[list] | None =
         parts.append(references_block(references or []))
         parts.append('Put the reference answer of each question in "answer".')
     parts.append('Set "correctness" to true if the student\'s answer is right, else false.')
+    if points:
+        parts.append(points_block(points))
     parts.append(_box_rule(coords))
+    score = ', "score": 1' if points else ""
     parts.append('Reply with a JSON list in reading order: [{"bbox_2d": [...], "text": "...", "answer": "...", '
-                 '"correctness": true}]')
+                 f'"correctness": true{score}}}]')
     return "\n".join(parts)
 
 
@@ -89,10 +102,14 @@ def turn_solve(mode: str, references: list[tuple[str, str | None]] | None = None
             'Reply with a JSON list in the same order: [{"answer": "..."}]')
 
 
-def turn_compare() -> str:
-    """Three-turn, turn 3: judge each student's answer against the answer of turn 2."""
-    return ('Compare each student\'s answer with that answer. Reply with a JSON list in the same order: '
-            '[{"correctness": true}]')
+def turn_compare(points: list[tuple[str, float, str | None]] | None = None) -> str:
+    """Three-turn, turn 3: judge each student's answer against the answer of turn 2 (and score it, where points
+    are given)."""
+    if not points:
+        return ('Compare each student\'s answer with that answer. Reply with a JSON list in the same order: '
+                '[{"correctness": true}]')
+    return ('Compare each student\'s answer with that answer.\n' + points_block(points) +
+            '\nReply with a JSON list in the same order: [{"correctness": true, "score": 1}]')
 
 
 def diag_locate(coords: str) -> str:
@@ -119,6 +136,8 @@ def diag_reason(question_id: str, transcription: str, mode: str, reference: str 
 def prompt_fingerprint() -> str:
     """A short hash of every instruction template, recorded with predictions to tie them to a wording."""
     probe = [single_turn(lvl, m, c, [[0, 0, 1, 1]], [("1", "x")]) for lvl in _SCOPE for m in MODES for c in _COORDS]
+    points = [("1", 2, "r")]
+    probe += [single_turn(L3, ANSWER_FREE, "qwen25", points=points), turn_compare(points)]
     probe += [turn_locate(L2, "qwen25", [[0, 0, 1, 1]]), turn_solve(ANSWER_FREE),
               turn_solve(ANSWER_BASED, [("1", "x")]), turn_compare(), diag_locate("qwen25"),
               diag_recognize("qwen25", [0, 0, 1, 1]), diag_reason("1", "x", ANSWER_BASED, "y")]

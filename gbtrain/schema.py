@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from gbtrain.vocabulary import LEVELS as LEVELS  # re-exported: the levels a record has
@@ -157,6 +157,11 @@ class Mark:
     @property
     def is_context(self) -> bool:
         return self.label == CONTEXT
+
+    def moved(self, dx: float, dy: float, ndigits: int) -> Mark:
+        """This mark on a crop whose top-left corner is (dx, dy) on its page, every other field kept (points,
+        scores, extras): the one way an L1 crop's marks are made, by the generator and the converters alike."""
+        return replace(self, points=[(round(x - dx, ndigits), round(y - dy, ndigits)) for x, y in self.points])
 
 
 @dataclass

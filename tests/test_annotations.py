@@ -290,9 +290,9 @@ def test_points_are_typed_fields_and_round_trip_exactly(tmp_path):
 
 
 @pytest.mark.parametrize(("attrs", "message"), [
-    ({"score": 3}, r"group 1-1: score without full_score: add attributes\.full_score"),
+    ({"score": 3}, r"group 1-1: score without full_score: add full_score"),
     ({"score_2": 3}, r"group 1-1: score_2 without full_score"),
-    ({"full_score": 5}, r"group 1-1: full_score 5 without the teacher's score: add attributes\.score \(0\.\.5\)"),
+    ({"full_score": 5}, r"group 1-1: full_score 5 without the teacher's score: add score \(0\.\.5\)"),
     ({"full_score": 0, "score": 0}, r"group 1-1: full_score 0 must be above 0"),
     ({"full_score": 5, "score": 6}, r"group 1-1: score 6 is outside 0\.\.5"),
     ({"full_score": 5, "score": -1}, r"group 1-1: score -1 is outside 0\.\.5"),

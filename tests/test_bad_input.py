@@ -531,7 +531,7 @@ def score_cases() -> list[Case]:
              setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.full_score", 10)),
                          edit_record("L1", 0, set_key("marks.0.attributes.score", 12)), ok)),
         Case("annotation-score-without-full-score", SCORE, score_args(data="{box}/data"),
-             r"L1\.json \[record \S+\]: group \S+: score without full_score: add attributes\.full_score",
+             r"L1\.json \[record \S+\]: group \S+: score without full_score: add full_score",
              setup=chain(data(), edit_record("L1", 0, set_key("marks.0.attributes.score", 3)), ok)),
         Case("annotation-score-a-string", SCORE, score_args(data="{box}/data"),
              r"mark 0 attributes\.full_score must be a number of points, got str '10'",

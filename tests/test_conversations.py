@@ -71,3 +71,46 @@ def test_group_answer_rules():
     assert group_answer(Group("1", [_mark((0, 0, 1, 1), "1", "wrong", "3", "4")])) == "4"
     assert group_answer(Group("1", [_mark((0, 0, 1, 1), "1", "right", "ok", "答案暂无")])) == "ok"
     assert group_answer(Group("1", [_mark((0, 0, 1, 1), "1", "wrong", "bad", None)])) == ""
+
+
+def _graded_in_points(record: Record, group_id: str, full, score, rubric=None) -> Record:
+    """`record` with the marks of one group graded in points (the others right/wrong only)."""
+    from dataclasses import replace
+
+    marks = [replace(m, full_score=full, score=score, rubric=rubric) if m.mark_id == group_id and not m.is_context
+             else m for m in record.marks]
+    return replace(record, marks=marks)
+
+
+@pytest.mark.parametrize("mode", ["answer-free", "answer-based"])
+def test_points_reach_the_prompt_and_the_target_only_where_annotated(loaded, budget, mode):
+    plain = next(r for r in loaded["L3"].records if len(r.groups) >= 2)
+    gid = plain.groups[1].group_id
+    graded = _graded_in_points(plain, gid, 4, 2.5, rubric="two steps, 2 points each")
+    before, after = (build_conversation(r, mode, False, "qwen25", budget) for r in (plain, graded))
+    items_before, items_after = (json.loads(c.messages[1]["content"]) for c in (before, after))
+    assert [{k: v for k, v in i.items() if k != "score"} for i in items_after] == items_before
+    assert [i.get("score") for i in items_after] == [2.5 if g.group_id == gid else None for g in plain.groups]
+    prompt = after.messages[0]["content"]
+    assert f"Full scores:\n{gid}: 4 points (rubric: two steps, 2 points each)\n" in prompt
+    assert '"correctness": true, "score": 1}]' in prompt
+    assert "score" not in before.messages[0]["content"] and "score" not in before.messages[1]["content"]
+    # the three-turn comparison turn carries the points; its merge equals the one-turn target
+    three = build_conversation(graded, mode, True, "qwen25", budget)
+    assert "Full scores:" in three.messages[4]["content"] and "Full scores:" not in three.messages[0]["content"]
+    t1, t2, t3 = (json.loads(three.messages[i]["content"]) for i in (1, 3, 5))
+    assert [{**a, **b, **c} for a, b, c in zip(t1, t2, t3, strict=True)] == items_after
+
+
+def test_a_right_wrong_only_build_is_unchanged_by_points(loaded, budget):
+    """Every synthetic record (none carries points) gives the prompts of the right/wrong-only wording."""
+    from gbtrain import prompts
+    from gbtrain.data.conversations import prompt_inputs
+
+    for level in ("L1", "L2", "L3"):
+        for r in loaded[level].records[:10]:
+            for mode in ("answer-free", "answer-based"):
+                conv = build_conversation(r, mode, False, "qwen25", budget)
+                regions, refs = prompt_inputs(r, mode, "qwen25", budget, 0.02)
+                assert conv.messages[0]["content"] == prompts.single_turn(level, mode, "qwen25", regions, refs)
+                assert all("score" not in i for i in json.loads(conv.messages[1]["content"]))

@@ -303,3 +303,39 @@ def test_page_ids_keep_the_letters_of_non_ascii_file_names(tmp_path):
     assert {"期中试卷_03_q1", "Prüfung_é_q2"} <= levels["L1"] and "期中试卷_03_0" in levels["L2"]
     assert (tmp_path / "out" / "images" / "L3" / "Mathematics" / "期中试卷_03.jpg").is_file()
 
+
+
+# ------------------------------------------------------------------------------------------ points
+def _ls_number(tasks: list[dict], rid: str, control: str, number) -> None:
+    """A per-region Number control's result, as Label Studio writes it beside the region's other results
+    (https://labelstud.io/tags/number, "Sample Results JSON": type "number", value.number), geometry repeated."""
+    for task in tasks:
+        results = task["annotations"][0]["result"]
+        shape = next(r for r in results if r["id"] == rid and r["type"] == "rectanglelabels")
+        geometry = {k: v for k, v in shape["value"].items() if k != "rectanglelabels"}
+        results.append({**{k: v for k, v in shape.items() if k != "value"}, "type": "number", "from_name": control,
+                        "value": {**geometry, "number": number}})
+        return
+
+
+def test_points_are_mapped_from_number_controls_and_checked_before_writing(tmp_path):
+    """A teacher's points on Label Studio Number controls reach the page and its L1 crop; a score above the full
+    score is the item's problem, named before anything is written."""
+    tasks = _ls_tasks()
+    _ls_number(tasks, "p1a0", "points_max", 2)
+    _ls_number(tasks, "p1a0", "points", 1.5)
+    overrides = ["fields.full_score=points_max", "fields.score=points"]
+    mapping = load_mapping(LS_MAPPING, overrides)
+    convert(_write(tmp_path / "export.json", tasks), mapping, tmp_path / "out", images=IMAGES, progress=False)
+    page = next(r for r in load_level(tmp_path / "out", "L3").records if r.record_id == "p1")
+    graded = {g.group_id: (g.full_score, g.score) for g in page.groups}
+    assert graded["1-1"] == (2, 1.5) and all(v == (None, None) for k, v in graded.items() if k != "1-1")
+    crop = next(r for r in load_level(tmp_path / "out", "L1").records if r.record_id == "p1_q1")
+    assert {g.group_id: g.score for g in crop.groups}["1-1"] == 1.5  # the crop's marks keep every field
+
+    _ls_number(tasks, "p1a1", "points_max", 2)
+    _ls_number(tasks, "p1a1", "points", 3)
+    with pytest.raises(ValueError, match=r"bad\.json \[task 101, region 'p1a1'\]: answer \S+: score 3 is outside "
+                                         r"0\.\.2 \(its full_score\)"):
+        convert(_write(tmp_path / "bad.json", tasks), mapping, tmp_path / "out2", images=IMAGES, progress=False)
+    assert not (tmp_path / "out2").exists()

@@ -277,3 +277,24 @@ def test_the_trainer_trains_a_step_on_a_moved_build(moved_build, tiny_model_dir,
                                                  "limit_eval_samples=2"])
     summary = train(cfg)
     assert summary["global_step"] == 1 and summary["training_loss"] > 0 and summary["eval_loss"] > 0
+
+
+def test_a_build_with_points_puts_scores_in_targets_and_full_scores_in_prompts(synth_dir, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(synth_dir, data, copy_function=os.link)
+    ann = data / "annotations" / "L3.json"
+    records = json.loads(ann.read_text(encoding="utf-8"))
+    for r in records:  # every answer of every page: 3 points, the teacher gave 2 (right) or 0
+        for m in r["marks"]:
+            if m["markLabel"] not in ("question", "整题"):
+                m["attributes"].update(full_score=3, score=2 if m["markLabel"] in ("right", "正确") else 0)
+    ann.unlink()  # a link to the session's layout: write a file of its own
+    ann.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
+    build_sft_dataset(config(data, tmp_path / "out", mix=MixConfig(levels={"L3": 1.0}, three_turn=0.0),
+                             target_count=20), progress=False)
+    rows = load_sft_dataset(tmp_path / "out", decode_images=False)["train"]
+    assert len(rows) > 0
+    for row in rows:
+        items = json.loads(row["messages"][1]["content"])
+        assert items and all(i["score"] == (2 if i["correctness"] else 0) for i in items)
+        assert "Full scores:" in row["messages"][0]["content"] and ": 3 points" in row["messages"][0]["content"]

@@ -292,24 +292,32 @@ def _points(value, key: str) -> float | None:
     return value
 
 
-def _check_points(group: Group) -> None:
-    """A group's points: the same on each of its marks that gives them, full_score > 0, score and full_score both or
-    neither (score_2 only beside them), each score within 0..full_score."""
-    full, score, second = group.full_score, group.score, group.score_2  # marks that disagree raise here
-    where = f"group {group.group_id}"
+def points_problem(full: float | None, score: float | None, second: float | None) -> str | None:
+    """What is wrong with one answer's points, or None: full_score > 0, score and full_score both or neither
+    (score_2 only beside them), each score within 0..full_score. The one rule: the reader and the converters
+    both apply it."""
     if full is None and score is None and second is None:
-        return
+        return None
     if full is None:
         given = "score" if score is not None else "score_2"
-        raise ValueError(f"{where}: {given} without full_score: add attributes.full_score (the question's points)")
+        return f"{given} without full_score: add full_score (the question's points)"
     if full <= 0:
-        raise ValueError(f"{where}: full_score {full!r} must be above 0")
+        return f"full_score {full!r} must be above 0"
     if score is None:
-        raise ValueError(f"{where}: full_score {full!r} without the teacher's score: add attributes.score "
-                         f"(0..{full!r}), or drop full_score to grade it right/wrong only")
+        return (f"full_score {full!r} without the teacher's score: add score (0..{full!r}), or drop full_score to "
+                f"grade it right/wrong only")
     for key, value in (("score", score), ("score_2", second)):
         if value is not None and not 0 <= value <= full:
-            raise ValueError(f"{where}: {key} {value!r} is outside 0..{full!r} (its full_score)")
+            return f"{key} {value!r} is outside 0..{full!r} (its full_score)"
+    return None
+
+
+def _check_points(group: Group) -> None:
+    """A group's points: the same on each of its marks that gives them (marks that disagree raise here), and
+    points_problem's rule."""
+    problem = points_problem(group.full_score, group.score, group.score_2)
+    if problem:
+        raise ValueError(f"group {group.group_id}: {problem}")
 
 
 def _parse_mark(raw: dict, index: int, reading: _Reading) -> Mark:

@@ -34,16 +34,25 @@ def group_answer(group: Group) -> str:
 
 
 def answer_items(record: Record, coords: str, budget: PixelBudget) -> list[dict]:
-    """The assistant's JSON items for a record, in reading order."""
+    """The assistant's JSON items for a record, in reading order; a group graded in points adds its teacher's
+    `score` (right/wrong-only groups are as before)."""
     return [
         {
             "bbox_2d": to_model(g.box.clip(record.width, record.height), record.width, record.height, coords, budget),
             "text": g.hand,
             "answer": group_answer(g),
             "correctness": g.is_right,
+            **({"score": g.score} if g.full_score is not None else {}),
         }
         for g in record.groups
     ]
+
+
+def points_to_grade(record: Record) -> list[tuple[str, float, str | None]] | None:
+    """The groups graded in points, with full score and rubric, as the prompt states them; None for a
+    right/wrong-only record. The builder and the evaluator both ask here."""
+    points = [(g.group_id, g.full_score, g.rubric) for g in record.groups if g.full_score is not None]
+    return points or None
 
 
 def regions_to_grade(record: Record, margin: float) -> list[Box]:
@@ -81,10 +90,11 @@ def prompt_inputs(record: Record, mode: str, coords: str, budget: PixelBudget,
 def build_conversation(record: Record, mode: str, three_turn: bool, coords: str, budget: PixelBudget,
                        l2_margin: float = DEFAULT_L2_MARGIN) -> Conversation:
     regions, refs = prompt_inputs(record, mode, coords, budget, l2_margin)
+    points = points_to_grade(record)
     items = answer_items(record, coords, budget)
     if not three_turn:
         messages = [
-            {"role": "user", "content": prompts.single_turn(record.level, mode, coords, regions, refs)},
+            {"role": "user", "content": prompts.single_turn(record.level, mode, coords, regions, refs, points)},
             {"role": "assistant", "content": dump(items)},
         ]
     else:
@@ -93,8 +103,9 @@ def build_conversation(record: Record, mode: str, three_turn: bool, coords: str,
             {"role": "assistant", "content": dump([{"bbox_2d": i["bbox_2d"], "text": i["text"]} for i in items])},
             {"role": "user", "content": prompts.turn_solve(mode, refs)},
             {"role": "assistant", "content": dump([{"answer": i["answer"]} for i in items])},
-            {"role": "user", "content": prompts.turn_compare()},
-            {"role": "assistant", "content": dump([{"correctness": i["correctness"]} for i in items])},
+            {"role": "user", "content": prompts.turn_compare(points)},
+            {"role": "assistant", "content": dump([{k: i[k] for k in ("correctness", "score") if k in i}
+                                                   for i in items])},
         ]
     turns = 3 if three_turn else 1
     sample_id = f"{record.level}-{record.record_id}-{MODE_SHORT[mode]}-t{turns}"

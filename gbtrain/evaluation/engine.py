@@ -27,7 +27,7 @@ from gbtrain.coords import (
     to_model,
 )
 from gbtrain.data.annotations import image_path, load_level
-from gbtrain.data.conversations import prompt_inputs
+from gbtrain.data.conversations import points_to_grade, prompt_inputs
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.inference.base import Backend, SamplingOptions, message
 from gbtrain.metric.parsing import parse_response
@@ -154,7 +154,7 @@ class Evaluator:
         regions, refs = prompt_inputs(r, s.mode, o.coords, o.budget, o.l2_margin)
         if s.three_turn:
             return prompts.turn_locate(r.level, o.coords, regions)
-        return prompts.single_turn(r.level, s.mode, o.coords, regions, refs)
+        return prompts.single_turn(r.level, s.mode, o.coords, regions, refs, points_to_grade(r))
 
     def _too_long(self, chunk: list[Record], texts: list[str], sampling: SamplingOptions) -> list[str | None]:
         """Per record: why its prompt cannot fit the context (None when it fits or cannot be checked).
@@ -254,7 +254,7 @@ class Evaluator:
         follow_ups: list[Callable[[Record], str]] = [
             lambda r: prompts.turn_solve(s.mode, prompt_inputs(r, s.mode, self.opts.coords, self.opts.budget,
                                                                self.opts.l2_margin)[1]),
-            lambda r: prompts.turn_compare(),
+            lambda r: prompts.turn_compare(points_to_grade(r)),
         ]
         outs = self.send_batch(convs, texts, chunk, sampling)
         for k, o in enumerate(outs):

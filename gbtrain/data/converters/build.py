@@ -16,13 +16,14 @@ question, `{page}_q{question}`, around its regions and answers with the generato
 from __future__ import annotations
 
 import io
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION
+from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, points_problem
 from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
 from gbtrain.data.converters.sources import IMAGE_SUFFIXES, SourceItem, SourcePage, image_names
 from gbtrain.data.synth.generate import L1_MARGIN
@@ -278,12 +279,41 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
                           f"the verdict unanswered")
     plan.cut_at_edge += cut
     return Mark(points=points, label=label, raw_label=label, mark_id=mark_id, hand=hand or "",
+                **_points(item, mark_id, m),
                 std=_value(m.fields.std, item),
                 question_type=_normalised(_value(m.fields.question_type, item, page), QUESTION_TYPE_ALIASES,
                                           "question_type", "Other", plan),
                 content_format=_normalised(_value(m.fields.content_format, item, page), CONTENT_FORMAT_ALIASES,
                                            "content_format", "Other", plan),
                 stage=_stage(item, page, m, plan))
+
+
+_POINT_FIELDS = ("full_score", "score", "score_2")
+_POINT_TEXTS = ("rubric", "rubric_version", "comment", "arbitration")
+
+
+def _number(text: str, where: str) -> float:
+    """A points value as the tool wrote it (tools store attributes as text): `7` stays an int, `7.5` a float."""
+    try:
+        value = int(text) if text.lstrip("+-").isdigit() else float(text)
+    except ValueError:
+        raise _Unmappable(f"{where} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise _Unmappable(f"{where} {text!r} is not a finite number")
+    return value
+
+
+def _points(item: SourceItem, mark_id: str, m: ConvertMapping) -> dict:
+    """An answer's points fields (those the mapping names), checked as the reader checks them, so that a bad value
+    is this item's problem before anything is written, not a failed read-back after."""
+    got: dict = {key: _value(getattr(m.fields, key), item) for key in (*_POINT_FIELDS, *_POINT_TEXTS)}
+    for key in _POINT_FIELDS:
+        if got[key] is not None:
+            got[key] = _number(got[key], f"answer {mark_id}: {key} (field {getattr(m.fields, key)!r})")
+    problem = points_problem(*(got[key] for key in _POINT_FIELDS))
+    if problem:
+        raise _Unmappable(f"answer {mark_id}: {problem} (fields.full_score, fields.score in the mapping)")
+    return got
 
 
 def _stage(item: SourceItem, page: SourcePage, m: ConvertMapping, plan: Plan) -> str | None:
@@ -492,9 +522,7 @@ def _crop(page_id: str, qid: str, subject: str, marks: list[Mark], regions: list
     crop = Box.enclosing([*regions, *(mk.box for mk in marks)]).expand(L1_MARGIN * w, w, h)
     cx, cy = round(crop.x1), round(crop.y1)
     cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
-    shifted = [Mark(points=[(round(x - cx, 2), round(y - cy, 2)) for x, y in mk.points], label=mk.label,
-                    raw_label=mk.raw_label, mark_id=mk.mark_id, hand=mk.hand, std=mk.std,
-                    question_type=mk.question_type, content_format=mk.content_format, stage=mk.stage) for mk in marks]
+    shifted = [mk.moved(cx, cy, 2) for mk in marks]
     name = f"{page_id}_q{safe_name(qid)}"
     record = Record(name, L1, subject, f"{safe_name(subject)}/{name}.jpg", cw, ch, shifted, page=page_id)
     return record, (cx, cy, cw, ch)

@@ -33,6 +33,14 @@ class FieldNames:
     content_format: str | None = None  # 文本 / Text-only / 图表 / Chart-based / ...
     stage: str | None = None  # 小学 / Elementary / 初中 / Junior_High / ...
     subject: str | None = None  # page: Mathematics / Chinese / English / Science / Humanities (or your own)
+    # points (docs/data.md), all optional: a question graded in points has full_score and the teacher's score
+    full_score: str | None = None  # answer: the question's points (a number above 0)
+    score: str | None = None  # answer: the teacher's points, 0..full_score
+    score_2: str | None = None  # answer: a second teacher's points, 0..full_score
+    rubric: str | None = None  # answer: the rubric's text or id
+    rubric_version: str | None = None
+    comment: str | None = None  # answer: the teacher's comment
+    arbitration: str | None = None  # answer: how two teachers' scores were settled
 
 
 @dataclass

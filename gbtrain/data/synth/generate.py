@@ -183,10 +183,7 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
         crop = qbox.expand(L1_MARGIN * w, w, hh)
         cx, cy = round(crop.x1), round(crop.y1)
         cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
-        shifted = [Mark(points=[(round(x - cx, 1), round(y - cy, 1)) for x, y in m.points], label=m.label,
-                        raw_label=m.raw_label, mark_id=m.mark_id, hand=m.hand, std=m.std,
-                        question_type=m.question_type, content_format=m.content_format, stage=m.stage)
-                   for m in answers]
+        shifted = [m.moved(cx, cy, 1) for m in answers]
         buf = io.BytesIO()
         page_image.crop((cx, cy, cx + cw, cy + ch)).save(buf, format="JPEG", quality=92)
         l1.append((Record(f"{page_id}_q{q.number}", L1, subject, f"{subject}/{page_id}_q{q.number}.jpg",
