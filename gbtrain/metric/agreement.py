@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gbtrain.config import option
+from gbtrain.data.annotations import points_problem
 from gbtrain.metric.points import Key, PointsOptions, Reference, points_report
 from gbtrain.metric.scoring import write_report
 
@@ -76,7 +77,7 @@ def _points(row: dict, key: str, where: str) -> float | None:
         ok = False
     if not ok:
         raise ValueError(f"{where}: \"{key}\" must be a finite number of points, got {json.dumps(value)[:60]}")
-    return float(value)
+    return value  # as written (an integer stays one): messages show it so
 
 
 def read_teacher(path: str) -> list[Reference]:
@@ -96,11 +97,9 @@ def read_teacher(path: str) -> list[Reference]:
         full, score, second = (_points(row, k, where) for k in ("full_score", "score", "score_2"))
         if full is None or score is None:
             raise ValueError(f"{where}: \"score\" and \"full_score\" must both be numbers")
-        if full <= 0:
-            raise ValueError(f"{where}: full_score {full:g} must be above 0")
-        for name, value in (("score", score), ("score_2", second)):
-            if value is not None and not 0 <= value <= full:
-                raise ValueError(f"{where}: {name} {value:g} is outside 0..{full:g} (its full_score)")
+        problem = points_problem(full, score, second)
+        if problem:  # the annotation reader's rule
+            raise ValueError(f"{where}: {problem}")
         qtype = row.get("question_type")
         refs[key] = Reference(key, full, score, str(qtype) if qtype not in (None, "") else "Other", second)
     if not refs:
