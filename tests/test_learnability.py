@@ -43,7 +43,7 @@ def toy_reading_set(out, tokenizer_dir, n_train: int, n_validation: int, seed: i
         str(out), num_shards={s: 1 for s in rows})
     budget = PixelBudget(3136, WIDTH * HEIGHT)
     build = BuildConfig(data="toy", out=str(out), coords="rel1000", vision=budget, tokenizer=str(tokenizer_dir))
-    (out / "build_config.yaml").write_text(to_yaml(build) + f"out_resolved: {out.resolve()}\n")
+    (out / "build_config.yaml").write_text(to_yaml(build))
     return rows, budget
 
 

@@ -3,6 +3,7 @@ resume after a kill, LoRA merge (of the run tests/conftest.py's recipe_lora shar
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -137,8 +138,7 @@ def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
         lambda r: r["level"] == "L1" and r["turns"] == 1 and r["num_tokens"] < 600).select(range(3))
     data = tmp_path / "three"
     DatasetDict({"train": rows, "validation": rows, "test": rows}).save_to_disk(str(data))
-    built = (sft_dir / "build_config.yaml").read_text().splitlines()  # a finished subset of that build
-    (data / "build_config.yaml").write_text("\n".join(ln for ln in built if not ln.startswith("out_resolved")))
+    shutil.copyfile(sft_dir / "build_config.yaml", data / "build_config.yaml")  # a finished subset of that build
     out = tmp_path / "overfit"
     launch(data, tiny_model_dir, out, "num_train_epochs=150", "eval_steps=100000", "save_steps=100000",
            "logging_steps=50", "warmup_ratio=0.0", "lr_scheduler=constant",

@@ -194,13 +194,6 @@ class LoadedLevel:
     unknown_values: dict[str, int] = field(default_factory=dict)  # "markLabel 'correct' -> unknown": marks
     pages_from_names: set[str] = field(default_factory=set)  # L1 records whose page came from their image name
 
-    def summary(self) -> str:
-        parts = [f"{self.level}: {len(self.records)} records"]
-        if self.skipped:
-            parts.append(f"{len(self.skipped)} skipped")
-        if self.unknown_values:
-            parts.append(f"unknown values {self.unknown_values}")
-        return ", ".join(parts)
 
 
 def annotation_path(data_dir: str | Path, level: str) -> Path:

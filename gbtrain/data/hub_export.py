@@ -75,14 +75,13 @@ def check_export(run: HubExportRun) -> None:
 
 def export_hub(run: HubExportRun) -> dict:
     """Write the export of `run.build` into `run.out` (and push it when asked); returns the record it writes."""
-    from datasets import Dataset, DatasetDict, Features, Image, List, load_from_disk
+    from datasets import Dataset, DatasetDict, Features, Image, List
 
     start = time.perf_counter()
     check_export(run)
     build, out = Path(run.build), Path(run.out)
-    finished_build(build)
-    columns = load_from_disk(str(build))[SPLITS[0]].column_names  # the loader puts the images column last
     dd = load_sft_dataset(build, decode_images=False)  # every image file checked to exist before anything is removed
+    columns = dd[SPLITS[0]].column_names
     paths = {name: split["images"] for name, split in dd.items()}
     references = [p for rows in paths.values() for row in rows for p in row]
     sizes = {p: Path(p).stat().st_size for p in set(references)}

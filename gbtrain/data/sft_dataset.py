@@ -345,7 +345,9 @@ def _with_image_files(split, name: str, out: Path):
         raise FileNotFoundError(f"{out}: {len(missing)} image(s) that its {name} rows name are missing "
                                 f"(first: {missing[0]}): move or copy the build folder whole, {IMAGES_DIR}/ "
                                 f"included, or build it again with data_builders/build_sft.py")
-    return split.remove_columns("images").add_column("images", paths, feature=split.features["images"])
+    columns = split.column_names  # the build's order, which an export keeps
+    return split.remove_columns("images").add_column("images", paths, feature=split.features["images"]).select_columns(
+        columns)
 
 
 def finished_build(out: str | Path):
