@@ -240,7 +240,10 @@ def keys_table(schema: type, flags: bool = False, leave_out: frozenset[str] = fr
     and help: the key tables of docs/ are these (scripts/doc_keys.py writes them, tests/test_config.py checks
     them), so that a key cannot be added, renamed or re-defaulted without its row."""
     rows = [f"| {'flag' if flags else 'key'} | default | meaning |", "|---|---|---|"]
-    for key, f, default in config_fields(schema):
+    keys = config_fields(schema)
+    if flags:  # in --help's order (gbtrain.cli.add_options): required, the tool's own, then each shared group
+        keys = sorted(keys, key=lambda k: (k[2] is not MISSING, k[1].metadata.get("group", "")))
+    for key, f, default in keys:
         if key in leave_out:
             continue
         name = key if not flags or f.metadata.get("positional") else "--" + key.replace("_", "-")

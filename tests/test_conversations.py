@@ -73,6 +73,13 @@ def test_group_answer_rules():
     assert group_answer(Group("1", [_mark((0, 0, 1, 1), "1", "wrong", "bad", None)])) == ""
 
 
+def _without_points(record: Record) -> Record:
+    """`record` graded right/wrong only, as GradingBench grades (the synthetic pages carry points)."""
+    from dataclasses import replace
+
+    return replace(record, marks=[replace(m, full_score=None, score=None, rubric=None) for m in record.marks])
+
+
 def _graded_in_points(record: Record, group_id: str, full, score, rubric=None) -> Record:
     """`record` with the marks of one group graded in points (the others right/wrong only)."""
     from dataclasses import replace
@@ -84,7 +91,7 @@ def _graded_in_points(record: Record, group_id: str, full, score, rubric=None) -
 
 @pytest.mark.parametrize("mode", ["answer-free", "answer-based"])
 def test_points_reach_the_prompt_and_the_target_only_where_annotated(loaded, budget, mode):
-    plain = next(r for r in loaded["L3"].records if len(r.groups) >= 2)
+    plain = _without_points(next(r for r in loaded["L3"].records if len(r.groups) >= 2))
     gid = plain.groups[1].group_id
     graded = _graded_in_points(plain, gid, 4, 2.5, rubric="two steps, 2 points each")
     before, after = (build_conversation(r, mode, False, "qwen25", budget) for r in (plain, graded))
@@ -103,12 +110,12 @@ def test_points_reach_the_prompt_and_the_target_only_where_annotated(loaded, bud
 
 
 def test_a_right_wrong_only_build_is_unchanged_by_points(loaded, budget):
-    """Every synthetic record (none carries points) gives the prompts of the right/wrong-only wording."""
+    """Every synthetic record, its points taken away, gives the prompts of the right/wrong-only wording."""
     from gbtrain import prompts
     from gbtrain.data.conversations import prompt_inputs
 
     for level in ("L1", "L2", "L3"):
-        for r in loaded[level].records[:10]:
+        for r in map(_without_points, loaded[level].records[:10]):
             for mode in ("answer-free", "answer-based"):
                 conv = build_conversation(r, mode, False, "qwen25", budget)
                 regions, refs = prompt_inputs(r, mode, "qwen25", budget, 0.02)

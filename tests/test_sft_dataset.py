@@ -90,12 +90,12 @@ def test_lengths_are_the_processor_token_counts(built, tiny_model_dir):
 
 
 def test_overlong_conversations_are_dropped_and_counted(synth_dir, tiny_model_dir, tmp_path):
-    stats = build_sft_dataset(config(synth_dir, tmp_path / "o", tokenizer=str(tiny_model_dir), max_length=330),
+    stats = build_sft_dataset(config(synth_dir, tmp_path / "o", tokenizer=str(tiny_model_dir), max_length=450),
                               progress=False)
     dropped = sum(stats["dropped_over_max_length"].values())
     assert dropped > 0
-    assert stats["tokens"]["all"]["max"] <= 330
-    assert "Dropped for length > 330" in (tmp_path / "o" / "card.md").read_text()
+    assert stats["tokens"]["all"]["max"] <= 450
+    assert "Dropped for length > 450" in (tmp_path / "o" / "card.md").read_text()
 
 
 @pytest.mark.parametrize("where", ["same", "inside", "around"])

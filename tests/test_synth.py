@@ -188,3 +188,29 @@ def test_synth_pages_bad_options_end_in_one_line(tmp_path, args):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and last.startswith("synth_pages: ") and "Traceback" not in proc.stderr
+
+
+def test_teachers_points_follow_the_rubric_and_the_labels(synth_dir):
+    """Every synthetic answer is graded in points under its type's rubric: a right answer earns the full score, a
+    blank one nothing, a wrong one less than the full score, and problem-solving work with the working right (one
+    of its two steps) earns part of it; a page built with --no-points carries none and draws the same pages."""
+    from gbtrain.data.synth.banks import RUBRICS
+    from gbtrain.schema import RIGHT, UNANSWERED
+
+    groups = [g for r in load_dataset(synth_dir)["L3"].records for g in r.groups]
+    partial = Counter()
+    for g in groups:
+        full, rubric = RUBRICS[g.question_type]
+        assert (g.full_score, g.rubric) == (full, rubric)
+        if g.label == RIGHT:
+            assert g.score == full
+        elif g.label == UNANSWERED:
+            assert g.score == 0
+        else:
+            assert 0 <= g.score < full
+            partial[g.question_type] += 0 < g.score
+    assert partial["Problem-Solving"] > 0 and sum(partial.values()) == partial["Problem-Solving"]
+    with_points, plain = (generate_page(7, 3, SynthOptions(points=p)) for p in (True, False))
+    assert with_points.jpeg == plain.jpeg
+    assert all(m.full_score is None and m.score is None for m in plain.l3.marks)
+    assert all(m.full_score is not None for m in with_points.l3.marks if not m.is_context)

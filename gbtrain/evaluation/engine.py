@@ -31,6 +31,7 @@ from gbtrain.data.conversations import points_to_grade, prompt_inputs
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.inference.base import Backend, SamplingOptions, message
 from gbtrain.metric.parsing import parse_response
+from gbtrain.metric.points import PointsOptions
 from gbtrain.metric.scoring import (
     Predictions,
     ScoreOptions,
@@ -124,6 +125,7 @@ class EvalOptions:
     max_model_len: int | None = None  # with a tokenizer: records whose prompt cannot fit are reported, not sent
     limit: int | None = None
     l2_margin: float = DEFAULT_L2_MARGIN  # derived L2 regions, as the training data's builder drew them
+    points: PointsOptions = PointsOptions()  # the bands and large-error share of the points report
 
 
 class Evaluator:
@@ -281,7 +283,8 @@ class Evaluator:
         return read_predictions(path) if path.exists() else Predictions({})
 
     def score_options(self, s: Setting, match_radius: float = 1.0) -> ScoreOptions:
-        return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget, match_radius)
+        return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget, match_radius,
+                            points_options=self.opts.points)
 
     def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
         """The setting's report, plus the records whose line carries an error (prompt too long, endpoint

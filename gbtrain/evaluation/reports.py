@@ -89,6 +89,7 @@ def markdown(report: dict) -> str:
         lines.append(f"| {name} | {s['n_groups']} | {_fmt(s['localized'])} | {_fmt(s['recognized'])} | "
                      f"{_fmt(s['reasoned'])} | {_fmt(s['accuracy'])} | {_fmt(s['map_20_50'], False)} | {s['fn']} | "
                      f"{s['fp']} | {c['missing']} | {c['unparsable']} |")
+    lines += points_table(report["settings"])
     if report["three_turn"]:
         lines += ["", "## Three-turn vs single-turn (accuracy %)", "", "| setting | single | three-turn |",
                   "|---|---:|---:|"]
@@ -103,6 +104,29 @@ def markdown(report: dict) -> str:
                   f"{_fmt(d['reasoning_accuracy']['answer-free'])}%, answer-based "
                   f"{_fmt(d['reasoning_accuracy']['answer-based'])}%"]
     return "\n".join(lines) + "\n"
+
+
+def kappa_text(k: dict) -> str:
+    """A kappa as the reports print it: its value, or "undefined" (its reason is in report.json), never 0."""
+    return "undefined" if k["value"] is None else f"{k['value']:.3f}"
+
+
+def points_table(settings: dict[str, dict]) -> list[str]:
+    """The Markdown lines of the points figures (gbtrain.metric.points) of the settings whose groups carry points;
+    none when no setting does."""
+    graded = {name: s["points"] for name, s in sorted(settings.items()) if s.get("points")}
+    if not graded:
+        return []
+    lines = ["", "## Points against the teacher (docs/metric.md#points)", "",
+             "| setting | questions | MAE | MAE / full | bias | max error | large errors | kappa | quadratic kappa | "
+             "same band | missing | out of range |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, p in graded.items():
+        m, c = p["model"], p["coverage"]
+        lines.append(f"| {name} | {p['n']} | {m['mae']:.3f} | {m['normalized_mae']:.3f} | "
+                     f"{m['mean_signed_error']:+.3f} | {m['max_error']:g} | {m['large_errors']} | "
+                     f"{kappa_text(m['kappa'])} | {kappa_text(m['weighted_kappa']['quadratic'])} | "
+                     f"{_fmt(m['exact_band'])}% | {c['missing']} | {c['out_of_range']} |")
+    return lines
 
 
 def plots(report: dict, out_dir: Path) -> list[Path]:
@@ -186,7 +210,7 @@ def comparison_problems(base: dict, sft: dict) -> list[str]:
     """Why two reports cannot be compared: other annotations, record limit, judge or scorer, or settings
     that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
     problems = [redact(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
-                for key in ("annotations_sha256", "limit", "judge", "scorer_sha256")
+                for key in ("annotations_sha256", "limit", "judge", "scorer_sha256", "point_bands", "large_error")
                 if base["meta"].get(key) != sft["meta"].get(key)]
     common = sorted(set(base["settings"]) & set(sft["settings"]))
     if not common:
@@ -221,11 +245,29 @@ def compare(base: dict, sft: dict) -> tuple[str, list[dict]]:
     if bo is not None and so is not None:
         lines += ["", f"Overall accuracy (mean of the settings' accuracies): {100 * bo:.1f} → {100 * so:.1f} "
                       f"({100 * (so - bo):+.1f})"]
+    lines += points_gains(base["settings"], sft["settings"])
     bu = sum(v["coverage"]["unparsable"] for v in base["settings"].values())
     su = sum(v["coverage"]["unparsable"] for v in sft["settings"].values())
     n = sum(v["n_records"] for v in base["settings"].values())
     lines += [f"Unparsable responses: {bu} → {su} of {n} records"]
     return "\n".join(lines) + "\n", rows
+
+
+def points_gains(base: dict[str, dict], sft: dict[str, dict]) -> list[str]:
+    """The Markdown lines of the points figures base -> SFT, for the settings both reports graded in points."""
+    names = [n for n in sorted(set(base) & set(sft)) if base[n].get("points") and sft[n].get("points")]
+    if not names:
+        return []
+    lines = ["", "Points against the teacher (MAE in points: lower is better; kappa on bands of the full score):", "",
+             "| setting | questions | MAE base → SFT | MAE / full | kappa | quadratic kappa |",
+             "|---|---:|---|---|---|---|"]
+    for n in names:
+        b, s = base[n]["points"]["model"], sft[n]["points"]["model"]
+        lines.append(f"| {n} | {sft[n]['points']['n']} | {b['mae']:.3f} → {s['mae']:.3f} | "
+                     f"{b['normalized_mae']:.3f} → {s['normalized_mae']:.3f} | {kappa_text(b['kappa'])} → "
+                     f"{kappa_text(s['kappa'])} | {kappa_text(b['weighted_kappa']['quadratic'])} → "
+                     f"{kappa_text(s['weighted_kappa']['quadratic'])} |")
+    return [*lines, ""]
 
 
 def compare_plot(rows: list[dict], out: Path) -> Path:

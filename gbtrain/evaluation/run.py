@@ -35,12 +35,13 @@ from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.metric.parsing import parse_response
+from gbtrain.metric.points import PointsFlags
 from gbtrain.text import redact, safe_name
 from gbtrain.vocabulary import L2, one_of
 
 
 @dataclass
-class EvalRun(ModelOptions):
+class EvalRun(ModelOptions, PointsFlags):
     """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these. Each field
     is a flag of run_eval.py (gbtrain.cli.add_options)."""
 
@@ -163,6 +164,7 @@ def check_run(run: EvalRun) -> None:
         raise ValueError("; ".join(bad))
     if run.backend not in BACKENDS:
         raise ValueError(f"unknown backend {run.backend!r}: {one_of(BACKENDS)}")
+    run.points_options()  # refuses bad bands before any model loads
     require_out(run.out)
 
 
@@ -245,7 +247,8 @@ def run_settings(run: EvalRun, plan: RunPlan, progress: bool = True) -> tuple[Ev
     backend, tokenizer = open_backend(run, plan)
     ev = Evaluator(backend, Path(run.data), Path(run.out),
                    EvalOptions(plan.coords, plan.budget, SamplingOptions(max_tokens=run.max_tokens), run.batch_size,
-                               run.max_model_len if tokenizer else None, run.limit, plan.l2_margin),
+                               run.max_model_len if tokenizer else None, run.limit, plan.l2_margin,
+                               run.points_options()),
                    tokenizer=tokenizer, progress=progress)
     for s in plan.settings:
         ev.run(s, overwrite=run.overwrite, sampling=setting_sampling(run, s))
@@ -263,7 +266,8 @@ def run_meta(run: EvalRun, plan: RunPlan, identity: dict) -> dict:
             "max_pixels": plan.budget.max_pixels, "max_tokens": run.max_tokens,
             "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(), "limit": run.limit,
             "structured": run.structured, "data": identity["data"],
-            "annotations_sha256": identity["annotations_sha256"]}
+            "annotations_sha256": identity["annotations_sha256"],
+            "point_bands": list(run.points_options().bands), "large_error": run.large_error}
 
 
 def write_reports(ev: Evaluator, settings: list[Setting], scored: dict[str, dict], meta: dict,

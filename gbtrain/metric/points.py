@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import pairwise
 
+from gbtrain.config import option
 from gbtrain.metric.parsing import parse_points
 
 _ROUND = 6
@@ -58,6 +59,18 @@ class PointsOptions:
 
     def band(self, points: float, full: float) -> int:
         return sum(points / full >= e for e in self.bands)
+
+
+@dataclass(kw_only=True)
+class PointsFlags:
+    """The points flags of every tool that scores (eval/score.py, eval/run_eval.py), defined once."""
+
+    point_bands: str = option("0.6,0.85", "points: the kappa bands' edges as shares of the full score (bands: below "
+                                          "0.6, 0.6 to 0.85, from 0.85)", group="points")
+    large_error: float = option(0.5, "points: an error above this share of the full score is large", group="points")
+
+    def points_options(self) -> PointsOptions:
+        return PointsOptions.parse(self.point_bands, self.large_error)
 
 
 @dataclass(frozen=True)

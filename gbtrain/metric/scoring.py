@@ -26,7 +26,7 @@ from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.inference.base import VLLMMemory
 from gbtrain.metric import judges, parsing, points
 from gbtrain.metric.judges import normalize_text
-from gbtrain.metric.points import PointsOptions
+from gbtrain.metric.points import PointsFlags, PointsOptions
 from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
 from gbtrain.vocabulary import ANSWER_FREE, FALSE_WORDS, LEVELS, MODES, TRUE_WORDS
 
@@ -400,7 +400,7 @@ def breakdown(outcomes: list[GroupOutcome]) -> dict:
 
 
 @dataclass
-class ScoreRun:
+class ScoreRun(PointsFlags):
     """Everything one `eval/score.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
 
     data: str = option(help="GradingBench-layout folder")
@@ -421,9 +421,6 @@ class ScoreRun:
     exclude_other: bool = option(False, "drop half-right/unanswered/unknown groups")
     allow_duplicates: bool = option(False, "keep the last line of a duplicated id")
     lenient: bool = option(False, "skip bad annotation records (listed)")
-    point_bands: str = option("0.6,0.85", "points: the kappa bands' edges as shares of the full score (bands: "
-                                          "below 0.6, 0.6 to 0.85, from 0.85)")
-    large_error: float = option(0.5, "points: an error above this share of the full score is large")
 
 
 def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
@@ -431,7 +428,7 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     or warned about. The options are checked first, so a bad radius or budget never scores a file as 0.0."""
     opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
-                        PointsOptions.parse(run.point_bands, run.large_error))
+                        run.points_options())
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     loaded = load_level(run.data, run.level, lenient=run.lenient)
     if not loaded.records:  # a report of "0 groups" would read as a score

@@ -27,6 +27,17 @@ class Chart:
     title: str = ""
 
 
+# Points (docs/data.md): each question type's full score per answer and its rubric, as a teacher's marking scheme
+# states them. Objective answers earn all or nothing; problem-solving work earns part of its points when
+# the working is right and the result is not (each bank's Part.wrong_credit says how many its wrong answer earns).
+RUBRICS: dict[str, tuple[int, str | None]] = {  # an objective answer needs no rubric text (every one is in the prompt)
+    FILL: (2, None),
+    CHOICE: (3, None),
+    TF: (2, None),
+    SOLVE: (6, "3 working, 3 result; a misspelling -2"),
+}
+
+
 @dataclass
 class Part:
     prompt: str  # printed before the answer slot ("" when the stem is the prompt)
@@ -35,6 +46,7 @@ class Part:
     wrong_answer: str  # a plausible mistake
     qtype: str
     lines: int = 1  # handwriting lines the answer area takes (problem-solving work takes more)
+    wrong_credit: int = 0  # points the wrong answer earns under its type's rubric (RUBRICS), e.g. the working right
 
 
 @dataclass
@@ -164,7 +176,7 @@ def _math_solve(rng: random.Random, stage: str) -> Question:
     wrong_each = _near_number(rng, each)
     right = f"{items}÷{people}={each}({unit}) 答：每个班分到{each}{unit}。"
     wrong = f"{items}÷{people}={wrong_each}({unit}) 答：每个班分到{wrong_each}{unit}。"
-    return Question(stem=stem, parts=[Part("", f"{each}{unit}", right, wrong, SOLVE, lines=2)])
+    return Question(stem=stem, parts=[Part("", f"{each}{unit}", right, wrong, SOLVE, lines=2, wrong_credit=3)])
 
 
 def _math_chart(rng: random.Random, stage: str) -> Question:
@@ -225,7 +237,9 @@ def _chinese_solve(rng: random.Random, stage: str) -> Question:
     sentence = rng.choice(_SENTENCES)
     wrong = sentence.replace("所以", "但是", 1)
     std = NO_REFERENCE if rng.random() < 0.5 else sentence
-    return Question(stem="用“因为……所以……”写一句话。", parts=[Part("", std, sentence, wrong, SOLVE, lines=2)])
+    # the sentence is written, the asked-for connective is not: the working's points only
+    return Question(stem="用“因为……所以……”写一句话。",
+                    parts=[Part("", std, sentence, wrong, SOLVE, lines=2, wrong_credit=3)])
 
 
 # --------------------------------------------------------------------------------------- English
@@ -276,7 +290,8 @@ def _english_solve(rng: random.Random, stage: str) -> Question:
     i = rng.randrange(len(words))
     wrong = " ".join([*words[:i], _misspell(rng, words[i].strip(".")), *words[i + 1:]])
     std = NO_REFERENCE if rng.random() < 0.25 else en
-    return Question(stem=f"Translate into English: {zh}", parts=[Part("", std, en, wrong, SOLVE, lines=2)])
+    return Question(stem=f"Translate into English: {zh}",
+                    parts=[Part("", std, en, wrong, SOLVE, lines=2, wrong_credit=4)])  # one misspelt word
 
 
 # ------------------------------------------------------------------------ fact tables (Science, Humanities)
@@ -314,7 +329,7 @@ def _science_solve(rng: random.Random, stage: str) -> Question:
     wrong_s = f"{s + v:g}"
     stem = f"一辆汽车以 {v} km/h 的速度行驶了 {t:g} h，它行驶的路程是多少？"
     return Question(stem=stem, parts=[Part("", f"{s_txt} km", f"s=vt={v}×{t:g}={s_txt}(km)",
-                                           f"s=vt={v}×{t:g}={wrong_s}(km)", SOLVE, lines=2)])
+                                           f"s=vt={v}×{t:g}={wrong_s}(km)", SOLVE, lines=2, wrong_credit=3)])
 
 
 def _science_chart(rng: random.Random, stage: str) -> Question:

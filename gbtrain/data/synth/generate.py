@@ -20,8 +20,8 @@ from tqdm import tqdm
 from gbtrain.config import option
 from gbtrain.data.annotations import write_level, write_manifest
 from gbtrain.data.synth import artifacts
-from gbtrain.data.synth.banks import CHOICE, FILL, QUESTION_TYPES, TF, make_question
-from gbtrain.data.synth.render import DrawnQuestion, question_mix, render_clean_page
+from gbtrain.data.synth.banks import CHOICE, FILL, QUESTION_TYPES, RUBRICS, TF, make_question
+from gbtrain.data.synth.render import DrawnAnswer, DrawnQuestion, question_mix, render_clean_page
 from gbtrain.schema import LABEL_ALIASES, STAGES, SUBJECTS, Box, Mark, Record
 from gbtrain.vocabulary import L1, L2, L3
 
@@ -41,6 +41,7 @@ class SynthOptions:
     two_column_share: float = 0.35
     question_slots: int = 16  # questions drawn for a page, in section order; those that do not fit are skipped
     min_answers: int = 5  # a page with fewer is laid out again
+    points: bool = True  # every answer carries its full score, the teacher's points and its type's rubric (RUBRICS)
 
     def __post_init__(self):
         if not MIN_WRONG_SHARE <= self.wrong_share <= 0.9:
@@ -79,6 +80,8 @@ class SynthRun:
                           "(the benchmark's mix) or legible (large Elementary mathematics, for the CPU demo)")
     wrong_share: float | None = option(None, "share of wrong answers (>= 0.10; default: the profile's, 0.30)")
     blank_share: float | None = option(None, "share of answers left blank (default: the profile's, 0.04)")
+    points: bool = option(True, "give every answer its full score, the teacher's points and its type's rubric "
+                          "(--no-points: graded right/wrong only, as GradingBench)")
     workers: int | None = option(None, "processes (default: CPU count, at most 8)")
 
     def options(self) -> SynthOptions:
@@ -86,7 +89,7 @@ class SynthRun:
             raise ValueError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         shares = {k: v for k, v in (("wrong_share", self.wrong_share), ("blank_share", self.blank_share))
                   if v is not None}
-        return replace(PROFILES[self.profile], **shares)
+        return replace(PROFILES[self.profile], **shares, points=self.points)
 
 
 @dataclass
@@ -105,7 +108,15 @@ def _poly(b: Box) -> list[tuple[float, float]]:
     return [(x1, y1), (x2, y1), (x2, y2), (x1, y2)]
 
 
-def _answer_marks(q: DrawnQuestion, boxes: dict[int, Box], h, stage: str) -> list[Mark]:
+def teacher_points(answer: DrawnAnswer) -> dict:
+    """An answer's points as a teacher marks them under its type's rubric: all for a right answer, none for a blank
+    one, the rubric's share for a wrong one (the working right, a slip)."""
+    full, rubric = RUBRICS[answer.part.qtype]
+    score = 0 if not answer.hand else full if answer.is_right else answer.part.wrong_credit
+    return {"full_score": full, "score": score, "rubric": rubric}
+
+
+def _answer_marks(q: DrawnQuestion, boxes: dict[int, Box], h, stage: str, points: bool) -> list[Mark]:
     marks = []
     for a in q.answers:
         box = boxes.get(a.label_index) if a.hand else None
@@ -114,7 +125,8 @@ def _answer_marks(q: DrawnQuestion, boxes: dict[int, Box], h, stage: str) -> lis
         raw_label = "未作答" if not a.hand else ("right" if a.is_right else "wrong")
         marks.append(Mark(points=_poly(box), label=LABEL_ALIASES[raw_label], raw_label=raw_label,
                           mark_id=a.mark_id, hand=a.hand, std=a.part.std, question_type=a.part.qtype,
-                          content_format=q.question.content_format, stage=stage))
+                          content_format=q.question.content_format, stage=stage,
+                          **(teacher_points(a) if points else {})))
     return marks
 
 
@@ -173,7 +185,7 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
     l1: list[tuple[Record, bytes]] = []
     page_image = Image.open(io.BytesIO(page_jpeg))
     for k, q in enumerate(page.questions):
-        answers = _answer_marks(q, boxes, h, stage)
+        answers = _answer_marks(q, boxes, h, stage, options.points)
         all_marks += answers
         qbox = artifacts.warp_box(h, q.box).clip(w, hh)
         context = Mark(points=_poly(qbox), label="question", raw_label="question", mark_id=str(q.number),
