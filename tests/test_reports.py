@@ -34,3 +34,36 @@ def test_gains_only_between_reports_of_the_same_records_and_scoring():
                         (_report(groups=12), "L1-af: 10 vs 12 groups"), (_report(settings=("L3-ab",)), "no setting")):
         with pytest.raises(ValueError, match=what):
             compare(_report(), other)
+
+
+def test_points_reach_the_report_and_the_gains_with_undefined_kappa_spelled_out():
+    """The points figures of the scorer (gbtrain.metric.points) in report.md's table and the gains table: a base
+    model that gives no score (worst scores: MAE 2 of full 2, 3) against a fine-tuned one that agrees exactly; a
+    kappa that is 0/0 reads "undefined", never 0; other bands are refused."""
+    import pytest
+
+    from gbtrain.evaluation.reports import compare, markdown
+    from gbtrain.metric.points import PointsOptions, Reference, points_report
+
+    refs = [Reference(("r1", "1"), 2, 2), Reference(("r1", "2"), 3, 0), Reference(("r2", "1"), 2, 2)]
+    base, sft = _report(), _report()
+    base["settings"] = {"L1-af": {**base["settings"]["L1-af"], "points": points_report(refs, [], PointsOptions())}}
+    sft["settings"] = {"L1-af": {**sft["settings"]["L1-af"], "points": points_report(
+        refs, [(r.key, r.score) for r in refs], PointsOptions())}}
+    base["table2"], base["three_turn"] = {"Overall": 0.1}, []
+    text, _ = compare(base, sft)
+    row = next(line for line in text.splitlines() if line.startswith("| L1-af | 3 |"))
+    # base: worst scores 0, 3, 0 against 2, 0, 2: errors 2, 3, 2 -> MAE 7/3; normalised (1 + 1 + 1) / 3
+    assert row.startswith("| L1-af | 3 | 2.333 → 0.000 | 1.000 → 0.000 | ")
+    # kappa: bands (teacher -> base) 2->0, 0->2, 2->0: observed disagreement 1, chance 1 - (1*2 + 2*1)/9 = 5/9, so
+    # 1 - 9/5 = -0.8 (quadratic the same: only bands 0 and 2 are used); the fine-tuned one agrees: 1
+    assert row.endswith("| -0.800 → 1.000 | -0.800 → 1.000 |")
+    report = {**base, "meta": {**base["meta"], "backend": "hf"}}
+    report["settings"]["L1-af"].update(fn=0, fp=0, coverage={"unparsable": 0, "missing": 0})
+    md = markdown(report)
+    assert "## Points against the teacher" in md and "| L1-af | 3 | 2.333 | 1.000 | -0.333 | 3 | 3 |" in md
+    one_band = [Reference(("r1", "1"), 2, 2)]
+    report["settings"]["L1-af"]["points"] = points_report(one_band, [(("r1", "1"), 2)], PointsOptions())
+    assert "| undefined | undefined |" in markdown(report)
+    with pytest.raises(ValueError, match="point_bands"):
+        compare(base, {**sft, "meta": {**sft["meta"], "point_bands": [0.5]}})
