@@ -208,7 +208,7 @@ def test_teachers_points_follow_the_rubric_and_the_labels(synth_dir):
             assert g.score == 0
         else:
             assert 0 <= g.score < full
-            partial[g.question_type] += 0 < g.score
+            partial[g.question_type] += g.score > 0
     assert partial["Problem-Solving"] > 0 and sum(partial.values()) == partial["Problem-Solving"]
     with_points, plain = (generate_page(7, 3, SynthOptions(points=p)) for p in (True, False))
     assert with_points.jpeg == plain.jpeg
