@@ -92,14 +92,15 @@ def add_options(ap: argparse.ArgumentParser, options: type, defaults: dict | Non
 def _add_positional(ap: argparse.ArgumentParser, name: str, default, require: bool, help_text: str | None,
                     choices: tuple | None) -> None:
     """A positional argument: a list takes any number; one without a default is required unless `require` is off
-    (the first pass of parse_options, where a --config file may still give it)."""
+    (the first pass of parse_options, where a --config file may still give it). --help names it by its field (its
+    choices are in its help), as the docs' key tables do."""
+    named = {"help": help_text, "choices": choices, "metavar": name}
     if isinstance(default, list):
-        ap.add_argument(name, nargs="*", default=default, help=help_text, choices=choices)
+        ap.add_argument(name, nargs="*", default=default, **named)
     elif default is MISSING and require:
-        ap.add_argument(name, help=help_text, choices=choices)
+        ap.add_argument(name, **named)
     else:
-        ap.add_argument(name, nargs="?", default=None if default is MISSING else default, help=help_text,
-                        choices=choices)
+        ap.add_argument(name, nargs="?", default=None if default is MISSING else default, **named)
 
 
 _CONFIG, _OVERRIDES = "options_config", "options_overrides"

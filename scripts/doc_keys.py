@@ -5,7 +5,7 @@
 Each table lies between `<!-- keys:NAME -->` and `<!-- /keys:NAME -->` in the docs page it belongs to and is
 gbtrain.config.keys_table of one dataclass: the builder's config keys (docs/data.md), the recipe's (docs/training.md),
 the options every tool that asks a checkpoint shares (ModelOptions) and each evaluation tool's own
-(docs/evaluation.md). tests/test_config.py fails when one differs.
+(docs/evaluation.md), and the review loop's (docs/review.md). tests/test_config.py fails when one differs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.config import BuildConfig, TrainConfig, keys_table, option
 from gbtrain.evaluation.grading import GradeRun
+from gbtrain.evaluation.review import ReviewRun
 from gbtrain.evaluation.run import EvalRun
 from gbtrain.evaluation.selection import SelectRun
 from gbtrain.inference.registry import ModelOptions
@@ -35,6 +36,7 @@ PAGES = {
                       "select": lambda: keys_table(SelectRun, flags=True, leave_out=MODEL_FLAGS),
                       "score": lambda: keys_table(ScoreRun, flags=True),
                       "agreement": lambda: keys_table(AgreementRun, flags=True)},
+    "review.md": {"review": lambda: keys_table(ReviewRun, flags=True)},
 }
 
 

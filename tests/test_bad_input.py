@@ -2105,7 +2105,10 @@ def grade_cases() -> list[Case]:
               ("a-number", ".json", "42", "must map question ids"),
               ("nested-value", ".yaml", "1: [a, b]\n", r"question '1': the reference answer must be one value, not "
                                                        r"list"),
-              ("nested-object", ".json", '{"1": {"a": 1}}', "question '1': the reference answer must be one value"),
+              ("nested-object", ".json", '{"1": {"a": 1}}', r"question '1': unknown key 'a' \(a question's mapping "
+                                                             r"holds answer, full_score, rubric, question_type\)"),
+              ("full-score-zero", ".yaml", "1: {answer: 7, full_score: 0}\n",
+               "question '1': full_score '0' must be a finite number above 0"),
               ("malformed-yaml", ".yaml", "1: [a\n2: b", "cannot be read"),
               ("malformed-json", ".json", '{"1": ', "cannot be read"),
               ("not-utf8", ".yaml", b"1: \xff\xfe\n", "cannot be read"),
@@ -2472,9 +2475,71 @@ def select_cases() -> list[Case]:
     ]
 
 
+# ----------------------------------------------------------------------------------------------- review.py
+REVIEW = "eval/review.py"
+REVIEW_IMPORT = ["import", "--graded", "{box}/out", "--out", "{box}/imported"]
+
+
+def exported_review(env: Env) -> None:
+    """box/out/review as eval/review.py export writes it (box/out: a graded folder)."""
+    from gbtrain.evaluation.review import ReviewRun, export_review
+
+    export_review(ReviewRun("export", str(env.box / "out")))
+
+
+def reviewed_sheet(edit: Callable[[list[dict]], None]) -> Callable[[Env], None]:
+    """box/reviewed.csv: the exported sheet with `edit` applied to its rows, as a teacher saves it."""
+    def setup(env: Env) -> None:
+        import csv
+
+        with open(env.box / "out" / "review" / "review.csv", encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        edit(rows)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        replace_file(env.box / "reviewed.csv", buf.getvalue())
+    return setup
+
+
+def one_changed(rows: list[dict]) -> None:
+    """Every item reviewed, the first one's verdict changed."""
+    for row in rows:
+        row["reviewed"] = "yes"
+    rows[0]["correctness"] = "wrong"
+
+
+def review_cases() -> list[Case]:
+    graded = chain(pages("a.png"), earlier_grading(), exported_review)
+    other_project = [{"id": 7, "data": {"image": "/data/upload/3/x.png", "review_id": "r0123456789abcdef"},
+                      "annotations": [{"id": 1, "result": [], "was_cancelled": False}]}]
+    return [
+        Case("import-missing-file", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/none.json"],
+             r"reviewed file not found: \S+/none\.json", setup=graded, outputs=()),
+        Case("import-another-project", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.json"],
+             r"reviewed\.json task 7: review id 'r0123456789abcdef' names no page of \S+/out .*: import what "
+             r"eval/review\.py export wrote from this folder, or export again",
+             setup=chain(graded, write("reviewed.json", json.dumps(other_project))), outputs=()),
+        Case("import-score-not-a-number", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"],
+             r"reviewed\.csv line 2 \(page a\.png, item 1\): score 'a lot' is not a number of points: write a "
+             r"number, or leave it empty",
+             setup=chain(graded, reviewed_sheet(lambda rows: rows[0].update(score="a lot"))), outputs=()),
+        Case("import-a-sheet-of-another-tool", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/out/grades.csv"],
+             r"grades\.csv: not a review sheet .*: pass the review\.csv that eval/review\.py export wrote",
+             setup=graded, outputs=()),
+        Case("export-not-graded", REVIEW, ["export", "--graded", "{box}"],
+             r"--graded \S+: not a grade_pages folder .*: pass the --out of eval/grade_pages\.py", outputs=()),
+        Case("import-ok", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,
+             check=report_has("imported/review_report.json", reviewed=2, changed=1, regrade_rate=0.5),
+             setup=chain(graded, reviewed_sheet(one_changed)),
+             outputs=("imported",)),
+    ]
+
+
 CASES = [*score_cases(), *agreement_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(),
          *reliance_cases(), *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(),
-         *grade_cases(), *select_cases()]
+         *grade_cases(), *select_cases(), *review_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint

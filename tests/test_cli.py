@@ -20,6 +20,7 @@ from gbtrain.data.synth.generate import SynthRun
 from gbtrain.evaluation.grading import GradeRun
 from gbtrain.evaluation.probes import RelianceRun
 from gbtrain.evaluation.reports import CompareRun
+from gbtrain.evaluation.review import ReviewRun
 from gbtrain.evaluation.run import EvalRun
 from gbtrain.evaluation.selection import SelectRun
 from gbtrain.inference.registry import BACKENDS, ModelOptions
@@ -49,6 +50,7 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
                                       "--coords", "qwen25", "--out", "o"]),
          "eval/agreement.py": (AgreementRun, ["--teacher", "t.jsonl", "--model", "m.jsonl", "--out", "r.json"]),
          "eval/compare.py": (CompareRun, ["a.json", "b.json", "--out", "g.md"]),
+         "eval/review.py": (ReviewRun, ["import", "--graded", "g"]),
          "recipes/merge_lora.py": (MergeRun, ["--base", "b", "--adapter", "a", "--out", "o"]),
          "data_builders/preview.py": (PreviewRun, ["--data", "d", "--out", "o"]),
          "data_builders/convert.py": (ConvertRun, ["--mapping", "m.yaml", "--export", "e.json", "--out", "o"]),

@@ -3,6 +3,7 @@ answer key and its prompt, replies mapped to page pixels, the output folder (per
 resumption, refusals, and one run on the tiny model with the hf backend."""
 
 import csv
+import hashlib
 import json
 import shutil
 import subprocess
@@ -17,9 +18,12 @@ from gbtrain.coords import model_unit_size, to_model
 from gbtrain.evaluation import grading
 from gbtrain.evaluation.grading import (
     GradeRun,
+    KeyQuestion,
+    answer_key_hash,
     find_pages,
     grade_pages,
     grading_prompt,
+    key_references,
     load_answer_key,
     load_page,
     read_reply,
@@ -154,14 +158,14 @@ def test_answer_key_keeps_answers_as_written_and_changes_the_prompt(tmp_path):
     yml = tmp_path / "key.yaml"
     yml.write_text('1: 1.10\n"2b": x = 3\n3:\n4: yes\n', encoding="utf-8")
     key = load_answer_key(yml)
-    assert key == [("1", "1.10"), ("2b", "x = 3"), ("3", None), ("4", "yes")]
+    assert key_references(key) == [("1", "1.10"), ("2b", "x = 3"), ("3", None), ("4", "yes")]
     js = tmp_path / "key.json"
     js.write_text('{"1": 1.10, "2": null, "3": true, "4": "甲"}', encoding="utf-8")
-    assert load_answer_key(js) == [("1", "1.10"), ("2", None), ("3", "true"), ("4", "甲")]
+    assert key_references(load_answer_key(js)) == [("1", "1.10"), ("2", None), ("3", "true"), ("4", "甲")]
 
     free, based = grading_prompt("qwen25", None), grading_prompt("qwen25", key)
     assert free == prompts.single_turn("L3", "answer-free", "qwen25")  # the evaluator's L3 wording
-    assert based == prompts.single_turn("L3", "answer-based", "qwen25", None, key)
+    assert based == prompts.single_turn("L3", "answer-based", "qwen25", None, key_references(key))
     assert "Reference answers:\n1: 1.10\n2b: x = 3\n3: (no reference answer)" in based and "Reference" not in free
 
     for text, suffix, why in (("- 1\n- 2\n", ".yaml", "must map question ids"), ("1: [a, b]\n", ".yaml", "one value"),
@@ -169,6 +173,48 @@ def test_answer_key_keeps_answers_as_written_and_changes_the_prompt(tmp_path):
         bad = tmp_path / f"bad{suffix}"
         bad.write_text(text)
         with pytest.raises(ValueError, match=why):
+            load_answer_key(bad)
+
+
+def test_a_key_in_points_asks_for_scores_and_a_plain_key_asks_as_before(tmp_path):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("1: x = 3\n2: 5\n", encoding="utf-8")
+    pts = tmp_path / "points.yaml"
+    pts.write_text('1: {answer: x = 3, full_score: 4, rubric: "2 for the method"}\n2: 5\n'
+                   "3: {full_score: 2.5, question_type: 填空}\n", encoding="utf-8")
+    key = load_answer_key(pts)
+    assert key == [KeyQuestion("1", "x = 3", 4, "2 for the method"), KeyQuestion("2", "5"),
+                   KeyQuestion("3", None, 2.5, None, "Fill-in-the-blank")]
+    text = grading_prompt("qwen25", key)
+    assert text == prompts.single_turn("L3", "answer-based", "qwen25", None, key_references(key),
+                                       [("1", 4, "2 for the method"), ("3", 2.5, None)])
+    assert "Full scores:\n1: 4 points (rubric: 2 for the method)\n3: 2.5 points\n" in text and '"score": 1' in text
+    assert grading_prompt("qwen25", load_answer_key(plain)) == prompts.single_turn(
+        "L3", "answer-based", "qwen25", None, [("1", "x = 3"), ("2", "5")])  # the prompt of a key before points
+    # a plain key hashes as before points (its graded folders resume); full scores and rubrics change the hash
+    assert answer_key_hash(load_answer_key(plain)) == hashlib.sha256(
+        json.dumps([["1", "x = 3"], ["2", "5"]]).encode()).hexdigest()[:16]
+    for change in ("full_score: 5", 'rubric: "all or nothing"'):
+        other = tmp_path / "other.yaml"
+        other.write_text(pts.read_text(encoding="utf-8").replace(change.split(":")[0] + (
+            ": 4" if "full" in change else ': "2 for the method"'), change), encoding="utf-8")
+        assert load_answer_key(other) != key and answer_key_hash(load_answer_key(other)) != answer_key_hash(key)
+    js = tmp_path / "key.json"
+    js.write_text('{"1": {"answer": 7, "full_score": 3}}', encoding="utf-8")
+    assert load_answer_key(js) == [KeyQuestion("1", "7", 3)]
+
+    for text, why in (("1: {answer: 7, points: 3}\n", r"unknown key 'points' \(a question's mapping holds answer, "
+                                                        r"full_score, rubric, question_type\)"),
+                      ("1: {full_score: 0}\n", "full_score '0' must be a finite number above 0"),
+                      ("1: {full_score: -2}\n", "full_score '-2' must be a finite number above 0"),
+                      ("1: {full_score: nan}\n", "full_score 'nan' must be a finite number above 0"),
+                      ("1: {full_score: 1e999}\n", "full_score '1e999' must be a finite number above 0"),
+                      ("1: {full_score: four}\n", "full_score 'four' is not a number"),
+                      ("1: {full_score: [4]}\n", "the full_score must be one value, not list"),
+                      ("1: {question_type: essay}\n", "question_type 'essay' is not one of")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"--answer-key {bad}: question '1': {why}"):
             load_answer_key(bad)
 
 
@@ -181,7 +227,7 @@ def test_a_reply_is_read_into_page_pixels(budget):
              f'{{"bbox_2d": {model_box}, "text": "12", "answer": "12", "correctness": true, "question": "3"}},'
              '{"bbox_2d": "none", "text": "x", "answer": "x = 3", "correctness": "no"},'
              f'{{"bbox_2d": [-5, -5, {w * 3}, {h * 3}], "text": "", "answer": "7", "correctness": "maybe"}}]\n```')
-    items, reason = read_reply(reply, w, h, "qwen25", budget, [("1", "7"), ("2", "x = 3")])
+    items, reason = read_reply(reply, w, h, "qwen25", budget, [KeyQuestion("1", "7"), KeyQuestion("2", "x = 3")])
     assert reason is None and len(items) == 3
     ux, uy = model_unit_size(w, h, "qwen25", budget)
     assert all(abs(a - b) <= u for a, b, u in zip(items[0]["box"], box.as_list(), (ux, uy, ux, uy), strict=True))
@@ -217,6 +263,42 @@ class RecordingBackend:
 
     def close(self):
         pass
+
+
+class ScoringBackend(RecordingBackend):
+    """Answers every page with three items: question 1 (4 points, scored 3), question 2 (no full score, scored
+    anyway) and question 3 (2.5 points, scored 7: out of range)."""
+
+    def chat(self, conversations, sampling):
+        self.prompts += [c[0]["content"][1]["text"] for c in conversations]
+        items = [{"bbox_2d": [10, 10, 50, 30], "question": q, "text": "t", "answer": "a", "correctness": True,
+                  "score": s} for q, s in (("1", 3), ("2", "1"), ("3", 7))]
+        return [json.dumps(items)] * len(conversations)
+
+
+def test_points_in_grade_pages_items_and_totals(tmp_path, budget, monkeypatch):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (400, 560), "white").save(pages / name)
+    key = tmp_path / "key.yaml"
+    key.write_text("1: {answer: x, full_score: 4}\n2: y\n3: {full_score: 2.5}\n", encoding="utf-8")
+    backend = ScoringBackend(budget)
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    out = tmp_path / "out"
+    summary = grade_pages(GradeRun("scored", str(pages), str(out), answer_key=str(key), backend="openai",
+                                   coords="qwen25", min_pixels=budget.min_pixels, max_pixels=budget.max_pixels),
+                          progress=False)
+    assert all("Full scores:\n1: 4 points\n3: 2.5 points" in p for p in backend.prompts)
+    page = json.loads((out / "pages" / "a.png.json").read_text(encoding="utf-8"))
+    assert [(it["score"], it["full_score"], it["score_problem"]) for it in page["items"]] == [
+        (3, 4, None), (1, None, None), (7, 2.5, "outside 0..full_score")]
+    assert page["totals"]["points"] == 3 and page["totals"]["full_points"] == 6.5  # the flagged score counts 0
+    assert summary["points"] == 6 and summary["full_points"] == 13
+    with open(out / "totals.csv", newline="") as f:
+        assert [(r["points"], r["full_points"]) for r in csv.DictReader(f)] == [("3", "6.5")] * 2
+    with open(out / "grades.csv", newline="") as f:
+        assert [(r["score"], r["full_score"]) for r in csv.DictReader(f)][:3] == [("3", "4"), ("1", ""), ("7", "2.5")]
 
 
 def test_answer_key_run_with_recorded_replies_writes_every_file_inside_out(tmp_path, budget, monkeypatch):

@@ -6,8 +6,9 @@ the checkpoint's recorded coordinate convention and pixel budget, the same backe
 (gbtrain.evaluation.run), and the same parser and box rules (gbtrain.metric.parsing,
 gbtrain.metric.scoring.item_boxes); the model's boxes come back in the page's own pixels.
 
-    OUT/pages/<page>.json     per page: items (box in page pixels, transcription, answer, judgment), raw reply,
-                              parse status
+    OUT/pages/<page>.json     per page: items (box in page pixels, transcription, answer, judgment, and points:
+                              the model's score of a question the answer key gives a full score), raw reply,
+                              parse status, totals (in points too)
     OUT/overlays/<page>.png   the page with the items drawn
     OUT/grades.csv            one row per item of every page; OUT/totals.csv one row per page; OUT/summary.json
     OUT/run.json              what made the folder; a rerun with other settings is refused (--overwrite redoes)
@@ -52,9 +53,9 @@ from gbtrain.evaluation.run import (
 from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.base import SamplingOptions, message
 from gbtrain.inference.registry import ModelOptions
-from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response
+from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_points, parse_response
 from gbtrain.metric.scoring import ScoreOptions, item_boxes
-from gbtrain.schema import RIGHT, WRONG
+from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES, RIGHT, WRONG
 from gbtrain.text import csv_cell, redact, safe_name
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3, setting_name
 
@@ -71,8 +72,8 @@ RENDER_PIXELS = 35_000_000
 BATCH_PIXELS = 300_000_000  # decoded pages held at once (1.2 GB at PIL's 4 bytes per RGB pixel): a batch is cut
 # earlier when it is reached
 QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
-
-AnswerKey = list[tuple[str, str | None]]
+KEY_FIELDS = ("answer", "full_score", "rubric", "question_type")  # what an answer key's question mapping may hold
+OUT_OF_RANGE = "outside 0..full_score"  # a model's score kept on its item but not counted in the page's points
 
 
 @dataclass
@@ -83,7 +84,8 @@ class GradeRun(ModelOptions):
     model: str = option(help="checkpoint folder or hub id (openai: the served model name)")
     pages: str = option(help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
     out: str = option(help="output folder (per-page results, overlays, CSVs)")
-    answer_key: str | None = option(None, "YAML or JSON mapping question id -> reference answer")
+    answer_key: str | None = option(None, "YAML or JSON mapping question id -> reference answer, or -> {answer, "
+                                          "full_score, rubric, question_type}")
     pdf_dpi: float = option(200, "resolution PDF pages are rendered at (36-600)")
     batch_size: int = option(16, "pages per backend call and written chunk (whole pages: keep it small)")
     overwrite: bool = option(False, "regrade every page instead of resuming")
@@ -221,14 +223,66 @@ def load_page(page: Page, dpi: float) -> LoadedPage:
 
 
 # --------------------------------------------------------------------------------- answer key and prompt
-def _answer_text(qid: str, value) -> str | None:
+@dataclass(frozen=True)
+class KeyQuestion:
+    """One question of an answer key: its reference answer (None: "no reference answer") and, for a question graded
+    in points, its full score and rubric; its type, where the key says (the review report counts by it)."""
+
+    qid: str
+    answer: str | None
+    full_score: float | None = None
+    rubric: str | None = None
+    question_type: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether the key gives only the reference answer (the form keys had before points)."""
+        return self.full_score is None and self.rubric is None and self.question_type is None
+
+
+AnswerKey = list[KeyQuestion]
+
+
+def _scalar(qid: str, value, what: str) -> str | None:
     if isinstance(value, dict | list):
-        raise ValueError(f"question {qid!r}: the reference answer must be one value, not {type(value).__name__}")
+        raise ValueError(f"question {qid!r}: the {what} must be one value, not {type(value).__name__}")
     if value is None or value == "":
-        return None  # shown to the model as "(no reference answer)", as for the data's missing references
+        return None
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _full_score(qid: str, value) -> float | None:
+    """A full score as the key writes it (YAML and JSON numbers are read as their text): a finite number above 0;
+    an integer stays one, as in annotations."""
+    text = _scalar(qid, value, "full_score")
+    if text is None:
+        return None
+    try:
+        number = int(text) if text.strip().lstrip("+").isdigit() else float(text)
+    except ValueError:
+        raise ValueError(f"question {qid!r}: full_score {text!r:.40} is not a number") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"question {qid!r}: full_score {text!r:.40} must be a finite number above 0")
+    return number
+
+
+def _key_question(qid: str, value) -> KeyQuestion:
+    """A key's entry: a plain value (the reference answer, as before points), or a mapping of KEY_FIELDS."""
+    if not isinstance(value, dict):
+        return KeyQuestion(qid, _scalar(qid, value, "reference answer"))
+    unknown = [str(k) for k in value if k not in KEY_FIELDS]
+    if unknown:
+        raise ValueError(f"question {qid!r}: unknown key {unknown[0]!r} (a question's mapping holds "
+                         f"{', '.join(KEY_FIELDS)})")
+    qtype = _scalar(qid, value.get("question_type"), "question_type")
+    if qtype is not None and qtype not in QUESTION_TYPE_ALIASES:
+        raise ValueError(f"question {qid!r}: question_type {qtype!r:.40} is not one of {', '.join(QUESTION_TYPES)} "
+                         f"(or their Chinese names)")
+    return KeyQuestion(qid, _scalar(qid, value.get("answer"), "reference answer"),
+                       _full_score(qid, value.get("full_score")), _scalar(qid, value.get("rubric"), "rubric"),
+                       QUESTION_TYPE_ALIASES[qtype] if qtype is not None else None)
 
 
 class _RepeatedQuestion(ValueError):
@@ -257,10 +311,11 @@ class _KeyLoader(yaml.BaseLoader):
 
 
 def load_answer_key(path: str | Path) -> AnswerKey:
-    """Question id -> reference answer from a YAML or JSON mapping, in the file's order (the order the prompt lists
-    them). Values are kept as written: YAML is read without type conversion and JSON numbers as their text, so
-    `1.10` stays `1.10`; an empty YAML value (`3:`) or a JSON null means "no reference answer". A question given
-    twice is refused; a UTF-8 byte order mark (a key saved by a Windows editor) is read past."""
+    """The questions of a YAML or JSON answer key, in the file's order (the order the prompt lists them): question id
+    -> reference answer, or -> {answer, full_score, rubric, question_type} for a question graded in points. Values
+    are kept as written: YAML is read without type conversion and JSON numbers as their text, so `1.10` stays
+    `1.10`; an empty YAML value (`3:`) or a JSON null means "no reference answer". A question given twice is
+    refused; a UTF-8 byte order mark (a key saved by a Windows editor) is read past."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
@@ -276,19 +331,36 @@ def load_answer_key(path: str | Path) -> AnswerKey:
     if not isinstance(data, dict) or not data:
         raise ValueError(f"--answer-key {path}: must map question ids to reference answers (e.g. `1: 42`)")
     try:
-        return [(str(qid), _answer_text(str(qid), value)) for qid, value in data.items()]
+        return [_key_question(str(qid), value) for qid, value in data.items()]
     except ValueError as e:
         raise ValueError(f"--answer-key {path}: {e}") from None
 
 
+def key_references(key: AnswerKey | None) -> list[tuple[str, str | None]]:
+    """The reference answers, as the prompt's references block lists them."""
+    return [(q.qid, q.answer) for q in key or []]
+
+
+def key_points(key: AnswerKey | None) -> list[tuple[str, float, str | None]]:
+    """The questions graded in points, as the prompt's points block lists them."""
+    return [(q.qid, q.full_score, q.rubric) for q in key or [] if q.full_score is not None]
+
+
 def answer_key_hash(key: AnswerKey | None) -> str | None:
-    """A hash of the key's content (not its file's bytes: reformatting the file changes no prompt)."""
-    return hashlib.sha256(json.dumps(key, ensure_ascii=False).encode()).hexdigest()[:16] if key else None
+    """A hash of the key's content (not its file's bytes: reformatting the file changes no prompt). A key of plain
+    answers hashes as it did before points, so that its graded folders resume."""
+    if not key:
+        return None
+    content = key_references(key) if all(q.plain for q in key) else [
+        [q.qid, q.answer, q.full_score, q.rubric, q.question_type] for q in key]
+    return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def grading_prompt(coords: str, key: AnswerKey | None) -> str:
-    """The evaluator's L3 instruction: answer-free, or answer-based with the key as the reference answers."""
-    return prompts.single_turn(L3, ANSWER_BASED if key else ANSWER_FREE, coords, None, key)
+    """The evaluator's L3 instruction: answer-free, or answer-based with the key as the reference answers (and its
+    full scores, where it gives them)."""
+    return prompts.single_turn(L3, ANSWER_BASED if key else ANSWER_FREE, coords, None, key_references(key) or None,
+                               key_points(key) or None)
 
 
 # --------------------------------------------------------------------------------- reading a reply
@@ -298,31 +370,58 @@ def question_of(item: PredictedItem, key: AnswerKey | None) -> str | None:
     given = next((item.raw[k] for k in QUESTION_KEYS if item.raw.get(k) not in (None, "")), None)
     if given is not None:
         return str(given)
-    matches = [qid for qid, ref in key or [] if ref is not None and ref.strip() == item.answer.strip()]
+    matches = [q.qid for q in key or [] if q.answer is not None and q.answer.strip() == item.answer.strip()]
     return matches[0] if len(matches) == 1 else None
+
+
+def item_score(raw, full: float | None) -> tuple[float | None, str | None]:
+    """A model's score as points (parsing.parse_points) and what is wrong with it: not a number, not finite, or
+    outside 0..full (kept, flagged, and left out of the page's points); (None, None) when it gave none."""
+    if raw is None:
+        return None, None
+    value, why = parse_points(raw)
+    if value is not None and full is not None and not 0 <= value <= full:
+        why = OUT_OF_RANGE
+    return value, why
 
 
 def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBudget,
                key: AnswerKey | None = None) -> tuple[list[dict], str | None]:
     """The items of a page's reply with their boxes in page pixels (clipped to the page; None without a valid
-    box), and why the reply did not parse cleanly (parsing's reason; None when it did)."""
+    box), their points (item_score; the full score and type are the key's for the item's question), and why the
+    reply did not parse cleanly (parsing's reason; None when it did)."""
     parsed = parse_response(reply)
     opts = ScoreOptions(L3, ANSWER_BASED if key else ANSWER_FREE, coords, budget)
+    questions = {q.qid: q for q in key or []}
     items = []
     for ib in item_boxes(normalize_items(parsed.items), PageSize(width, height), opts):
         it = ib.item
         box = None if ib.box is None else [round(v, 1) for v in ib.box.as_list()]
-        items.append({"index": it.index, "question_id": question_of(it, key), "box": box, "model_boxes": it.boxes,
-                      "text": it.text, "answer": it.answer, "correctness": it.correctness})
+        qid = question_of(it, key)
+        question = questions.get(qid)
+        full = question.full_score if question else None
+        score, problem = item_score(it.score, full)
+        items.append({"index": it.index, "question_id": qid, "box": box, "model_boxes": it.boxes, "text": it.text,
+                      "answer": it.answer, "correctness": it.correctness, "score": score, "score_problem": problem,
+                      "full_score": full, "rubric": question.rubric if question else None,
+                      "reference": question.answer if question else None,
+                      "question_type": question.question_type if question else None})
     return items, parsed.reason
 
 
 def page_totals(items: list[dict], status: str) -> dict:
-    """A page's counts: items, judged right, judged wrong, not judged (no boolean judgment), and whether the
-    reply was unparsable (not read cleanly; the items before a cut are still counted)."""
+    """A page's counts: items, judged right, judged wrong, not judged (no boolean judgment), whether the reply was
+    unparsable (not read cleanly; the items before a cut are still counted), and its points: the model's scores of
+    the items that answer a question with a full score (a flagged score counts 0) out of those questions' full
+    scores, each question once (None, None on a page without such items)."""
     judged = [it["correctness"] for it in items]
+    scored = [it for it in items if it.get("full_score") is not None]
+    full = {it["question_id"]: it["full_score"] for it in scored}
+    points = sum(it["score"] for it in scored if it["score"] is not None and not it["score_problem"])
     return {"items": len(items), "right": judged.count(True), "wrong": judged.count(False),
-            "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error"))}
+            "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error")),
+            "points": round(points, 6) if scored else None, "full_points": round(sum(full.values()), 6) if scored
+            else None}
 
 
 def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None) -> dict:
@@ -370,7 +469,8 @@ def page_file(out: Path, page: Page) -> Path:
 PAGE_FIELDS = ("page", "status", "totals", "items")  # what the tables read from a page file
 
 
-def _read_page_file(path: Path) -> dict:
+def read_page_file(path: Path) -> dict:
+    """A page file this tool wrote (the tables and the review loop read them); anything else is a ValueError."""
     try:
         record = read_json(path, errors="replace")
     except ValueError:
@@ -385,7 +485,7 @@ def is_graded(out: Path, page: Page) -> bool:
     """Whether a rerun skips the page: it has a page file, and no error (a prompt that did not fit the context, an
     endpoint's refusal) that another --max-model-len or a later try may mend."""
     path = page_file(out, page)
-    return path.is_file() and _read_page_file(path)["status"] != "error"
+    return path.is_file() and read_page_file(path)["status"] != "error"
 
 
 def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None) -> dict:
@@ -400,14 +500,15 @@ def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None) -> dic
             "pages": str(Path(run.pages).resolve())}
 
 
-GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "x1", "y1", "x2", "y2", "status")
-TOTAL_COLUMNS = ("page", "status", "items", "right", "wrong", "unjudged", "unparsable")
+GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "score", "full_score", "x1", "y1",
+                 "x2", "y2", "status")
+TOTAL_COLUMNS = ("page", "status", "items", "right", "wrong", "unjudged", "unparsable", "points", "full_points")
 
 
 def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict) -> dict:
     """grades.csv, totals.csv and summary.json over every graded page of the folder (this run's and earlier
     runs'), in page order; returns the summary."""
-    records = [_read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
+    records = [read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
     # errors="backslashreplace": a lone surrogate (in a reply, or a file name's undecodable bytes) is written as its
     # escape, as write_atomic writes the page files
     with open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
@@ -416,20 +517,32 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
         for r in records:
             for it in r["items"]:
                 box = it["box"] or ["", "", "", ""]
+                points = [table_value(it.get(k)) for k in ("score", "full_score")]  # none on pages graded before
                 w.writerow(map(csv_cell, [r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
-                                          "" if it["correctness"] is None else str(it["correctness"]).lower(), *box,
-                                          r["status"]]))
-    per_page = [{"page": r["page"], "status": r["status"], **r["totals"]} for r in records]
+                                          "" if it["correctness"] is None else str(it["correctness"]).lower(),
+                                          *points, *box, r["status"]]))
+    # pages graded before points have no points totals
+    per_page = [{"page": r["page"], "status": r["status"], "points": None, "full_points": None, **r["totals"]}
+                for r in records]
     with open(out / "totals.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
         w = csv.DictWriter(f, TOTAL_COLUMNS)
         w.writeheader()
-        w.writerows({k: csv_cell(v) for k, v in row.items()} for row in per_page)
+        w.writerows({k: csv_cell(table_value(v)) for k, v in row.items()} for row in per_page)
+    in_points = [t for t in per_page if t["full_points"] is not None]
     summary = {"run": identity, "pages": len(records),
                **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable")},
+               **{k: round(sum(t[k] for t in in_points), 6) if in_points else None for k in ("points", "full_points")},
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
                "per_page": per_page}
     write_atomic(out / "summary.json", json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return summary
+
+
+def table_value(value):
+    """A table cell of a value that may be absent (None: an empty cell), a whole number of points without `.0`."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return "" if value is None else value
 
 
 # --------------------------------------------------------------------------------- the run

@@ -47,7 +47,7 @@ def read(path: Path, image_key: str) -> list[SourcePage]:
     if tasks and not any("annotations" in t for t in tasks):
         raise ValueError(f"{path}: no task has 'annotations': export with Label Studio's \"JSON\" format (not "
                          f"JSON-MIN or CSV)")
-    return [_page(path, task, i, image_key) for i, task in enumerate(tasks)]
+    return [read_task(path, task, i, image_key) for i, task in enumerate(tasks)]
 
 
 def _is_csv(path: Path) -> bool:
@@ -59,27 +59,34 @@ def _is_csv(path: Path) -> bool:
     return all(column in header for column in _CSV_COLUMNS)
 
 
-def _page(path: Path, task: dict, index: int, image_key: str) -> SourcePage:
+def submitted(task: dict) -> list[dict]:
+    """A task's annotations that were submitted: not drafts (which the export leaves out), predictions or cancelled
+    ("skipped") ones."""
+    return [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
+
+
+def read_task(path: Path, task: dict, index: int, image_key: str) -> SourcePage:
+    """One task of an export (`index`: its place, named when it has no id) as a page of regions."""
     where = f"task {task.get('id', f'#{index}')}"
     data = task.get("data") if isinstance(task.get("data"), dict) else {}
     image_ref = text(data.get(image_key)) or text(task.get("file_upload")) or ""
     page = SourcePage(str(path), where, image_ref, None, attributes=scalar_attributes(data, {image_key}))
     if not image_ref:
         page.problems.append(f"no image: the task data has no {image_key!r} (set image_key in the mapping)")
-    submitted = [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
-    if not submitted:
+    done = submitted(task)
+    if not done:
         page.problems.append("no submitted annotation (only drafts, predictions or cancelled ones)")
         return page
-    chosen = next((a for a in submitted if a.get("ground_truth")), submitted[0])
-    if len(submitted) > 1:
-        page.notes.append(f"{where}: {len(submitted)} annotations, used annotation {chosen.get('id')} (the ground "
+    chosen = next((a for a in done if a.get("ground_truth")), done[0])
+    if len(done) > 1:
+        page.notes.append(f"{where}: {len(done)} annotations, used annotation {chosen.get('id')} (the ground "
                           f"truth one, else the first)")
     regions: dict[str, list[dict]] = {}
     for i, result in enumerate(chosen.get("result") or []):
         if isinstance(result, dict):
             regions.setdefault(str(result.get("id") or f"#{i}"), []).append(result)
     for rid, results in regions.items():
-        _region(page, f"{where}, region {rid!r}", results)
+        _region(page, f"{where}, region {rid!r}", results, rid)
     return page
 
 
@@ -95,7 +102,7 @@ def _controls(results: list[dict]) -> dict[str, str]:
     return out
 
 
-def _region(page: SourcePage, where: str, results: list[dict]) -> None:
+def _region(page: SourcePage, where: str, results: list[dict], rid: str) -> None:
     shapes = [r for r in results if r.get("type") in _GEOMETRY]
     geometry = shapes[0] if shapes else None
     attributes = _controls(results)
@@ -105,7 +112,7 @@ def _region(page: SourcePage, where: str, results: list[dict]) -> None:
         # regions that an edit or a merge of exports gave the same id: neither can be told from the other
         page.items.append(SourceItem(where, _label(results), None, attributes,
                                      f"{len(shapes)} shapes or repeated controls share this region id: give each "
-                                     f"region its own id"))
+                                     f"region its own id", rid))
         return
     if geometry is None:
         unsupported = next((r["type"] for r in results if r.get("type") in _UNSUPPORTED), None)
@@ -113,17 +120,17 @@ def _region(page: SourcePage, where: str, results: list[dict]) -> None:
             page.attributes.update(attributes)
             return
         page.items.append(SourceItem(where, _label(results), None, attributes,
-                                     f"shape {unsupported!r} cannot be a box: draw a rectangle or polygon"))
+                                     f"shape {unsupported!r} cannot be a box: draw a rectangle or polygon", rid))
         return
     size = (geometry.get("original_width"), geometry.get("original_height"))
     if not all(isinstance(v, int | float) and v > 0 for v in size):
         page.items.append(SourceItem(where, _label(results), None, attributes,
-                                     "no original_width / original_height to place the region in pixels"))
+                                     "no original_width / original_height to place the region in pixels", rid))
         return
     page.size = page.size or (int(size[0]), int(size[1]))
     points = _points(geometry.get("value") or {}, float(size[0]), float(size[1]))
     problem = None if points else f"unreadable {geometry.get('type')} coordinates"
-    page.items.append(SourceItem(where, _label(results), points, attributes, problem))
+    page.items.append(SourceItem(where, _label(results), points, attributes, problem, rid))
 
 
 def _label(results: list[dict]) -> str:

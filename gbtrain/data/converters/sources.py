@@ -31,6 +31,7 @@ class SourceItem:
     points: Points | None
     attributes: dict[str, str] = field(default_factory=dict)
     problem: str | None = None
+    region_id: str | None = None  # the tool's own id of the region (Label Studio's), where it has one
 
 
 @dataclass

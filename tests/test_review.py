@@ -1,0 +1,336 @@
+"""The review loop (gbtrain.evaluation.review, eval/review.py): a graded folder written by grade_pages itself (its
+backend answering with canned replies, no model), exported as a sheet and as Label Studio tasks, reviewed as a
+teacher does it, imported back into a re-grade rate and into pages that the real builder and converter read."""
+
+import copy
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from PIL import Image
+
+from gbtrain.coords import to_model
+from gbtrain.data.annotations import load_level
+from gbtrain.evaluation import grading
+from gbtrain.evaluation.grading import GradeRun, grade_pages
+from gbtrain.evaluation.review import ReviewRun, export_review, import_review
+from gbtrain.schema import Box
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = ('1: {answer: "12", full_score: 2}\n'
+       '2: {answer: x = 3, full_score: 4, rubric: "2 for the method", question_type: 填空}\n'
+       '3: "7"\n')
+# per item: question, where on the page (fractions), judgment, points
+ITEMS = (("1", (0.1, 0.1, 0.4, 0.2), True, 2), ("2", (0.1, 0.4, 0.6, 0.55), False, 1), ("3", (0.5, 0.7, 0.9, 0.85),
+                                                                                          True, None))
+
+
+class CannedBackend:
+    """Answers every page with `items` (ITEMS) in the model's (qwen25) convention."""
+
+    name, model = "openai", "canned"
+
+    def __init__(self, budget, items=ITEMS):
+        self.budget, self.items = budget, items
+
+    def chat(self, conversations, sampling):
+        replies = []
+        for conv in conversations:
+            w, h = conv[0]["content"][0]["image"].size
+            items = []
+            for qid, (x1, y1, x2, y2), right, score in self.items:
+                box = to_model(Box(x1 * w, y1 * h, x2 * w, y2 * h), w, h, "qwen25", self.budget)
+                items.append({"bbox_2d": box, "question": qid, "text": f"answer {qid}", "answer": "x",
+                              "correctness": right, **({"score": score} if score is not None else {})})
+            replies.append(json.dumps(items))
+        return replies
+
+    def close(self):
+        pass
+
+
+def grade(tmp_path: Path, budget, monkeypatch, items=ITEMS) -> Path:
+    """A grade_pages folder of three pages (PNG, JPEG, a PDF page), graded with the answer key KEY."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    Image.new("RGB", (400, 560), "white").save(pages / "a.png")
+    Image.new("RGB", (420, 600), "white").save(pages / "b.jpg")
+    Image.new("RGB", (300, 420), "white").save(pages / "c.pdf", resolution=100)
+    key = tmp_path / "key.yaml"
+    key.write_text(KEY, encoding="utf-8")
+    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (CannedBackend(budget, items), None))
+    out = tmp_path / "graded"
+    grade_pages(GradeRun("canned", str(pages), str(out), answer_key=str(key), backend="openai", coords="qwen25",
+                         min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, pdf_dpi=100), progress=False)
+    return out
+
+
+@pytest.fixture
+def graded(tmp_path, budget, monkeypatch) -> Path:
+    return grade(tmp_path, budget, monkeypatch)
+
+
+def _import(graded: Path, reviewed: Path, out: Path, **options) -> dict:
+    return import_review(ReviewRun("import", str(graded), str(reviewed), str(out), **options))
+
+
+def teacher_export(tasks: list[dict], edit) -> list[dict]:
+    """Label Studio's JSON export of the imported tasks after a teacher's work, as Label Studio writes it: each task
+    with its id, data, predictions (with ids), and `annotations`: the teacher opened the task, which starts the
+    annotation from the prediction's results (their region ids kept, origin "prediction"), changed what `edit` changes
+    (edit(task number, results) returns the new results, or None: task not reviewed) and submitted it."""
+    exported = []
+    for n, task in enumerate(tasks):
+        prediction = task["predictions"][0]
+        results = [dict(r, origin="prediction") for r in copy.deepcopy(prediction["result"])]
+        results = edit(n, results)
+        exported.append({
+            "id": 40 + n, "data": task["data"], "project": 3, "file_upload": None,
+            "predictions": [{"id": 70 + n, "model_version": prediction["model_version"], "result": prediction["result"],
+                             "score": None}],
+            "annotations": [] if results is None else [{
+                "id": 90 + n, "completed_by": 1, "result": results, "was_cancelled": False, "ground_truth": False,
+                "lead_time": 42.0, "prediction": {"id": 70 + n}, "parent_prediction": 70 + n}]})
+    return exported
+
+
+def _set(results: list[dict], region: str, kind: str, value) -> None:
+    """Change a region's control (or its label) as the teacher does in the region's panel."""
+    key = {"rectanglelabels": "rectanglelabels", "number": "number", "textarea": "text", "choices": "choices"}[kind]
+    shape = next(r for r in results if r["id"] == region)
+    found = next((r for r in results if r["id"] == region and r["type"] == kind
+                  and (kind == "rectanglelabels" or r["from_name"] == value[0])), None)
+    if found is None:  # a control the prediction left empty
+        found = {k: shape[k] for k in ("id", "to_name", "original_width", "original_height", "image_rotation")}
+        found |= {"type": kind, "from_name": value[0], "origin": "manual",
+                  "value": {k: shape["value"][k] for k in ("x", "y", "width", "height", "rotation")}}
+        results.append(found)
+    found["value"][key] = value[1] if kind == "number" else [value[1]]
+    found["origin"] = "prediction-changed"
+
+
+def test_label_studio_round_trip_reports_the_regrade_rate_and_builds(graded, tmp_path):
+    done = export_review(ReviewRun("export", str(graded)))
+    review = graded / "review"
+    assert done["pages"] == 3 and done["items"] == 9 and done["not_shown"] == 0
+    tasks = json.loads((review / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+    assert len(tasks) == 3 and all(set(t) == {"data", "predictions"} for t in tasks)
+
+    # the predictions are shaped as Label Studio imports pre-annotations (https://labelstud.io/guide/predictions.html,
+    # "JSON format for pre-annotations"): per region, a rectanglelabels result in percent of the original size and
+    # the per-region controls under the same id
+    page = json.loads((graded / "pages" / "a.png.json").read_text(encoding="utf-8"))
+    first = tasks[0]
+    assert first["data"]["page"] == "a.png"
+    url = urlsplit(first["data"]["image"])
+    assert url.path == "/data/local-files/" and parse_qs(url.query)["d"] == ["review/images/a.png"]
+    assert (review / "images" / "a.png").read_bytes() == (tmp_path / "pages" / "a.png").read_bytes()
+    with Image.open(review / "images" / "c.pdf-p1.png") as im:  # the PDF page, rendered as it was graded
+        assert im.size == (300, 420)
+    shapes = [r for r in first["predictions"][0]["result"] if r["type"] == "rectanglelabels"]
+    assert [s["id"] for s in shapes] == ["item-1", "item-2", "item-3"]
+    assert [s["value"]["rectanglelabels"] for s in shapes] == [["right"], ["wrong"], ["right"]]
+    x1, y1, x2, y2 = page["items"][1]["box"]
+    value = shapes[1]["value"]
+    assert (shapes[1]["original_width"], shapes[1]["original_height"]) == (400, 560)
+    assert value["x"] == pytest.approx(100 * x1 / 400) and value["width"] == pytest.approx(100 * (x2 - x1) / 400)
+    assert value["y"] == pytest.approx(100 * y1 / 560) and value["height"] == pytest.approx(100 * (y2 - y1) / 560)
+    controls = {(r["id"], r["from_name"]): r["value"] for r in first["predictions"][0]["result"]
+                if r["type"] != "rectanglelabels"}
+    assert controls[("item-2", "hand")]["text"] == ["answer 2"] and controls[("item-2", "score")]["number"] == 1
+    assert controls[("item-2", "full_score")]["number"] == 4 and controls[("item-2", "type")]["choices"] == [
+        "Fill-in-the-blank"]
+    assert ("item-3", "score") not in controls and ("item-3", "full_score") not in controls  # right/wrong only
+    config = (review / "labelstudio_config.xml").read_text(encoding="utf-8")
+    for control in ('<Number name="score"', '<TextArea name="hand"', '<RectangleLabels name="verdict"',
+                    '<TextArea name="reason"', '<Image name="image" value="$image"'):
+        assert control in config
+
+    def edit(n, results):
+        if n == 0:  # item 1 was right with 2 of 2 points: wrong, 0 points
+            _set(results, "item-1", "rectanglelabels", ("verdict", "wrong"))
+            _set(results, "item-1", "number", ("score", 0))
+            _set(results, "item-1", "textarea", ("reason", "sign error"))
+        elif n == 1:  # item 2: 3 of 4 points, not 1
+            _set(results, "item-2", "number", ("score", 3))
+            _set(results, "item-2", "textarea", ("reason", "method earns partial credit"))
+        else:
+            return None  # page c is not reviewed
+        return results
+
+    reviewed = tmp_path / "export.json"
+    reviewed.write_text(json.dumps(teacher_export(tasks, edit)), encoding="utf-8")
+    out = tmp_path / "imported"
+    rep = _import(graded, reviewed, out)
+    assert rep["reviewed"] == 6 and rep["changed"] == 2 and rep["regrade_rate"] == pytest.approx(2 / 6)
+    assert rep["unreviewed"] == 3 and rep["pages"] == {"reviewed": 2, "unreviewed": 1}
+    assert rep["changes"] == {"verdict": 1, "points": 2, "box": 0, "transcription": 0, "added": 0, "deleted": 0}
+    assert rep["points_changes"] == {"count": 2, "mean_abs": 2, "max_abs": 2}
+    assert rep["reasons"] == {"sign error": 1, "method earns partial credit": 1}
+    assert rep["by_question_type"]["Fill-in-the-blank"] == {"reviewed": 2, "changed": 1, "regrade_rate": 0.5}
+    assert rep["by_question_type"]["(not given)"] == {"reviewed": 4, "changed": 1, "regrade_rate": 0.25}
+    assert "**Re-grade rate: 33.3%** (2 of 6 reviewed items" in (out / "review_report.md").read_text(encoding="utf-8")
+    assert json.loads((out / "review_report.json").read_text(encoding="utf-8"))["regrade_rate"] == rep["regrade_rate"]
+
+    # the reviewed pages, as the teacher left them, are a GradingBench folder
+    records = {r.record_id: r for r in load_level(out, "L3").records}
+    assert sorted(records) == ["a.png", "b.jpg"]
+    a = {g.group_id: g for g in records["a.png"].groups}
+    assert a["1"].label == "wrong" and a["1"].score == 0 and a["1"].full_score == 2 and a["1"].std == "12"
+    assert a["2"].rubric == "2 for the method" and a["2"].question_type == "Fill-in-the-blank"
+    assert a["3"].label == "right" and a["3"].full_score is None
+    assert {g.group_id: g.score for g in records["b.jpg"].groups} == {"1": 2, "2": 3, "3": None}
+
+    # which the real builder builds: the teacher's grades are the targets
+    from datasets import load_from_disk
+
+    from gbtrain.config import BuildConfig, MixConfig
+    from gbtrain.data.sft_dataset import build_sft_dataset
+
+    sft = tmp_path / "sft"
+    stats = build_sft_dataset(BuildConfig(data=str(out), out=str(sft), target_count=4, validation_share=0,
+                                          test_share=0, mix=MixConfig(levels={"L1": 0, "L2": 0, "L3": 1},
+                                                                      three_turn=0)), progress=False)
+    assert stats["total"] == 4
+    rows = [r for r in load_from_disk(str(sft))["train"] if r["record_id"] == "a.png"]
+    target = json.loads(rows[0]["messages"][-1]["content"])
+    assert [(it["correctness"], it.get("score")) for it in target] == [(False, 0), (False, 1), (True, None)]
+
+    # and the converter reads the same export with the shipped mapping (all levels; the task not reviewed is left out)
+    from gbtrain.data.converters import convert, load_mapping
+
+    converted = convert(reviewed, load_mapping(ROOT / "configs" / "convert" / "review.yaml", ["subject=Mathematics"]),
+                        tmp_path / "converted", images=review / "images", lenient=True, progress=False)
+    assert converted["records"] == {"L1": 6, "L2": 6, "L3": 2}
+    assert [u["item"] for u in converted["unmapped"]] == ["task 42"]
+
+
+def test_moved_added_deleted_regions_and_cancelled_tasks(graded, tmp_path):
+    export_review(ReviewRun("export", str(graded)))
+    tasks = json.loads((graded / "review" / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+
+    def edit(n, results):
+        if n != 0:
+            return results  # accepted as predicted
+        for r in results:  # item 1 redrawn by hand (a new region id), a little larger: matched by IoU
+            if r["id"] == "item-1":
+                r["id"] = "Dx_aB91ISN"
+                if r["type"] == "rectanglelabels":
+                    r["value"]["width"] += 2
+        # item 2 deleted; item 3 moved to another place (its id kept); a region added
+        results = [r for r in results if r["id"] != "item-2"]
+        for r in results:
+            if r["id"] == "item-3":
+                r["value"]["y"] = 2.0
+        added = copy.deepcopy([r for r in results if r["id"] == "item-3"])
+        for r in added:
+            r["id"], r["value"]["x"], r["value"]["y"] = "t5sp3TyXPo", 2.0, 90.0
+        return results + added
+
+    exported = teacher_export(tasks, edit)
+    exported[2]["annotations"][0]["was_cancelled"] = True  # skipped: not reviewed
+    reviewed = tmp_path / "export.json"
+    reviewed.write_text(json.dumps(exported), encoding="utf-8")
+    rep = _import(graded, reviewed, tmp_path / "imported")
+    assert rep["changes"] == {"verdict": 0, "points": 0, "box": 1, "transcription": 0, "added": 1, "deleted": 1}
+    assert rep["reviewed"] == 7 and rep["changed"] == 3 and rep["unreviewed"] == 3
+    added = next(c for c in rep["changed_items"] if c["changes"] == ["added"])
+    assert added["item"] is None and added["teacher"]["box"][1] == pytest.approx(0.9 * 560, abs=1)
+    marks = {r.record_id: len(r.marks) for r in load_level(tmp_path / "imported", "L3").records}
+    assert marks == {"a.png": 3, "b.jpg": 3}  # 3 - 1 deleted + 1 added; c.pdf-p1 skipped
+
+
+def test_csv_round_trip(graded, tmp_path):
+    export_review(ReviewRun("export", str(graded)))
+    sheet = graded / "review" / "review.csv"
+    with open(sheet, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["page"], r["item"], r["model_correctness"], r["model_score"], r["full_score"]) for r in rows[:3]] == [
+        ("a.png", "1", "right", "2", "2"), ("a.png", "2", "wrong", "1", "4"), ("a.png", "3", "right", "", "")]
+    assert all(r[c] == "" for r in rows for c in ("reviewed", "correctness", "score", "reason"))
+    for r in rows:
+        if r["page"] == "a.png":  # every item of page a looked at; two changed
+            r["reviewed"] = "yes"
+        if (r["page"], r["item"]) == ("a.png", "1"):
+            r["correctness"], r["reason"] = "wrong", "sign error"
+        if (r["page"], r["item"]) == ("a.png", "2"):
+            r["score"] = "3,5"  # as a spreadsheet in a comma-decimal locale writes it
+        if (r["page"], r["item"]) == ("b.jpg", "1"):  # a teacher's column filled: reviewed, as the model had it
+            r["correctness"] = "right"
+    reviewed = tmp_path / "reviewed.csv"
+    with open(reviewed, "w", encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8", semicolons
+        w = csv.DictWriter(f, list(rows[0]), delimiter=";")
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "imported"
+    rep = _import(graded, reviewed, out)
+    assert rep["reviewed"] == 4 and rep["changed"] == 2 and rep["regrade_rate"] == 0.5 and rep["unreviewed"] == 5
+    assert rep["changes"]["verdict"] == 1 and rep["changes"]["points"] == 1
+    assert rep["points_changes"] == {"count": 1, "mean_abs": 2.5, "max_abs": 2.5}
+    assert rep["pages"] == {"reviewed": 1, "unreviewed": 2}  # b was reviewed in part: not written
+    (record,) = load_level(out, "L3").records
+    assert [(g.group_id, g.label, g.score) for g in record.groups] == [("1", "wrong", 2), ("2", "wrong", 3.5),
+                                                                      ("3", "right", None)]
+
+    for bad, message in ((("a.png", "2", "score", "a lot"), r"line 3 \(page a\.png, item 2\): score 'a lot' is not a "
+                                                             r"number of points"),
+                         (("a.png", "2", "score", "5"), r"score 5 is outside 0\.\.4"),
+                         (("a.png", "1", "correctness", "maybe"), r"correctness 'maybe' is not a verdict"),
+                         (("a.png", "1", "review_id", "r00"), r"review id 'r00' names no page of .*export again")):
+        changed = [dict(r) for r in rows]
+        next(r for r in changed if (r["page"], r["item"]) == bad[:2])[bad[2]] = bad[3]
+        with open(reviewed, "w", encoding="utf-8", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]))
+            w.writeheader()
+            w.writerows(changed)
+        with pytest.raises(ValueError, match=message):
+            _import(graded, reviewed, out)
+
+
+def test_scores_that_are_no_grade_are_not_taken_as_the_teachers(tmp_path, budget, monkeypatch):
+    """A score out of range (7 of 2 points) and one for a question without a full score (question 3) are flagged or
+    not points: Label Studio is not offered them, and a teacher who accepts the item gives it no points."""
+    graded = grade(tmp_path, budget, monkeypatch, items=(("1", (0.1, 0.1, 0.4, 0.2), True, 7),
+                                                         ("3", (0.5, 0.7, 0.9, 0.85), True, 1)))
+    export_review(ReviewRun("export", str(graded)))
+    tasks = json.loads((graded / "review" / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+    assert not [r for r in tasks[0]["predictions"][0]["result"] if r["from_name"] == "score"]
+    sheet = graded / "review" / "review.csv"
+    with open(sheet, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["reviewed"] = "yes"
+    reviewed = tmp_path / "reviewed.csv"
+    with open(reviewed, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    rep = _import(graded, reviewed, tmp_path / "imported")
+    assert rep["reviewed"] == 6 and rep["changed"] == 0 and rep["regrade_rate"] == 0
+    records = load_level(tmp_path / "imported", "L3").records
+    assert len(records) == 3 and all(g.score is None and g.full_score is None for r in records for g in r.groups)
+
+
+def test_command_line_and_refusals(graded, tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, str(ROOT / "eval" / "review.py"), *map(str, args)], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+
+    proc = cli("export", "--graded", graded)
+    assert proc.returncode == 0 and "review of 3 pages, 9 items" in proc.stdout, proc.stderr
+    for args, message in (
+            (("import", "--graded", graded, "--reviewed", graded / "review" / "review.csv", "--out", tmp_path / "o"),
+             "nothing in it is reviewed"),  # the sheet as exported
+            (("import", "--graded", graded), "import needs --reviewed"),
+            (("import", "--graded", graded, "--reviewed", tmp_path / "none.json", "--out", tmp_path / "o"),
+             "reviewed file not found"),
+            (("import", "--graded", graded, "--reviewed", graded / "review" / "review.csv", "--out", graded / "x"),
+             "lies inside --graded"),
+            (("export", "--graded", tmp_path), "not a grade_pages folder")):
+        proc = cli(*args)
+        assert proc.returncode == 2 and proc.stderr.startswith("review: ") and message in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
