@@ -71,8 +71,15 @@ def test_answer_boxes_enclose_the_ink_tightly(index):
     assert not (ink & ~covered).any(), f"{int((ink & ~covered).sum())} ink pixels outside every answer box"
 
 
-def test_wrong_share_and_labels():
-    marks = [m for i in range(30) for m in generate_page(5, i, SynthOptions(wrong_share=0.3)).l3.marks]
+@pytest.fixture(scope="module")
+def fifty_pages():
+    """50 pages of the default options (wrong share 0.3), drawn once for the tests of their statistics."""
+    return [generate_page(5, i) for i in range(50)]
+
+
+def test_wrong_share_and_labels(fifty_pages):
+    assert SynthOptions().wrong_share == 0.3
+    marks = [m for page in fifty_pages for m in page.l3.marks]
     labels = Counter(m.raw_label for m in marks)
     answered = labels["right"] + labels["wrong"]
     assert 0.2 <= labels["wrong"] / answered <= 0.4
@@ -145,13 +152,8 @@ def test_fonts_cover_every_bank_character():
                     fonts.runs("hand", p.right_answer + p.wrong_answer)
 
 
-@pytest.mark.slow
-def test_pages_do_not_repeat():
-    signatures = set()
-    for i in range(50):
-        page = generate_page(9, i)
-        signatures.add(tuple((m.mark_id, m.hand) for m in page.l3.marks))
-    assert len(signatures) == 50
+def test_pages_do_not_repeat(fifty_pages):
+    assert len({tuple((m.mark_id, m.hand) for m in page.l3.marks) for page in fifty_pages}) == 50
 
 
 @pytest.mark.slow
