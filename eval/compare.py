@@ -1,8 +1,11 @@
-"""The gains of SFT over the base model, metric by metric and setting by setting.
+"""The gains of SFT over the base model, metric by metric and setting by setting, each with its paired 95%
+interval and (the gates) its exact McNemar p-value (docs/metric.md#intervals-and-paired-gains).
 
-    python eval/compare.py BASE/report.json SFT/report.json --out gains.md
+    python eval/compare.py BASE/report.json SFT/report.json --out gains.md [--bootstrap-resamples 1000]
+        [--bootstrap-seed 0]
 
-Writes gains.md, gains.png and gains.html (a self-contained page that links each run's report.html).
+Reads each report's outcomes.jsonl beside it (checked by the hash its report records). Writes gains.md, gains.png and
+gains.html (a self-contained page that links each run's report.html).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.evaluation.html_report import write_comparison_page
-from gbtrain.evaluation.reports import METRICS, CompareRun, compare, compare_plot
+from gbtrain.evaluation.reports import METRICS, CompareRun, compare, compare_plot, read_outcomes
 
 
 def _report(path: str) -> dict:
@@ -50,7 +53,8 @@ def main() -> None:
     with user_errors("compare"):
         out = _output(args.out, (args.base, args.sft))
         base, sft = (_report(p) for p in (args.base, args.sft))
-        text, rows = compare(base, sft)
+        outcomes = read_outcomes(args.base, base), read_outcomes(args.sft, sft)
+        text, rows = compare(base, sft, outcomes, args.interval_options())
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         compare_plot(rows, out.with_suffix(".png"))

@@ -3,7 +3,7 @@
     python eval/score.py --data DIR --level L1|L2|L3 --mode answer-free|answer-based \
         --predictions P.jsonl --coords qwen25 [--min-pixels N --max-pixels N --factor 28] \
         [--judge rule|vllm:MODEL|openai:MODEL[@URL]] [--match-radius 1.0] [--exclude-other] \
-        [--allow-duplicates] --out report.json
+        [--allow-duplicates] [--bootstrap-resamples 1000] [--bootstrap-seed 0] --out report.json
 
 P.jsonl holds one {"id": <record id>, "response": <raw model text>} per line. Exit codes: 0 scored (a response
 that cannot be parsed is counted, with its reason), 2 a bad option, prediction file (malformed line, duplicated
@@ -28,7 +28,9 @@ def main() -> None:
     if replies["unclear"]:
         print(f"score: warning: the judge gave {replies['unclear']} of {replies['asked']} replies that are neither "
               f"yes nor no (counted as not equivalent; examples in {run.out} judge_replies)", file=sys.stderr)
-    print(f"{run.level} {run.mode}: accuracy {report['accuracy']:.4f} over {report['n_groups']} groups "
+    interval = report["intervals"]["accuracy"]
+    ci = f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else ""
+    print(f"{run.level} {run.mode}: accuracy {report['accuracy']:.4f}{ci} over {report['n_groups']} groups "
           f"(localized {report['localized']:.4f}, recognized {report['recognized']:.4f}, "
           f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f}; "
           f"missing {cov['missing']}, unparsable {cov['unparsable']}, unexpected {cov['unexpected']} -> {run.out}")

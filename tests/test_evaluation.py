@@ -119,7 +119,7 @@ def test_hf_backend_and_compare(synth_dir, tiny_model_dir, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     gains = (tmp_path / "gains.md").read_text()
-    assert "| L1-af |" in gains and "(+0.0)" in gains and (tmp_path / "gains.png").exists()
+    assert "| L1-af |" in gains and "(+0.0 [+0.0, +0.0], p = 1)" in gains and (tmp_path / "gains.png").exists()
 
 
 def _free_port() -> int:

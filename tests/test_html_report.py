@@ -257,7 +257,8 @@ def test_browser_shows_the_report_and_its_filters(run, tmp_path):
     for lvl in levels:
         r = t2[lvl]
         expect += [f"{r['mAP']:.1f}"] + ["–" if r[k] is None else f"{100 * r[k]:.1f}" for k in ("Acc-F", "Acc-B")]
-    assert row == [*expect, f"{100 * t2['Overall']:.1f}"] and head[-1] == "Overall"
+    assert [c.split(" [")[0] for c in row] == [*expect, f"{100 * t2['Overall']:.1f}"] and head[-1] == "Overall"
+    assert "[" in row[-2]  # L3 answer-based, on 6 pages, with its interval
     everything = expected_cards(run)
     assert card_keys(root, visible=True) == everything and not card_keys(root, visible=False)
     assert root.all("strong")[0].text() == f"{len(everything)} of {len(everything)} records shown"
@@ -294,7 +295,9 @@ def test_browser_shows_the_comparison(run, synth_dir, tmp_path):
     assert [r[0] for r in rows[1:]] == sorted(sft["settings"])
     for r in rows[1:]:
         b, s = base["settings"][r[0]]["accuracy"], sft["settings"][r[0]]["accuracy"]
-        assert r[1] == f"{100 * b:.1f} → {100 * s:.1f} ({100 * (s - b):+.1f})"
+        # the gain, its paired interval (none for a setting on 1 page: said under the table) and McNemar's p
+        assert r[1].startswith(f"{100 * b:.1f} → {100 * s:.1f} ({100 * (s - b):+.1f}") and ", p " in r[1]
+        assert ("[" in r[1]) == (sft["settings"][r[0]]["intervals"]["undefined"] is None)
     funnel = cells(table_after(root, "Funnels, base"))
     assert funnel[1][0] == "L1-af" and funnel[1][-1].startswith(f"{100 * base['settings']['L1-af']['accuracy']:.1f} →")
     links = {a.attrs["href"] for a in root.all("a")}

@@ -30,6 +30,7 @@ from gbtrain.data.annotations import image_path, load_level
 from gbtrain.data.conversations import points_to_grade, prompt_inputs
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.inference.base import Backend, SamplingOptions, message
+from gbtrain.metric.intervals import IntervalOptions
 from gbtrain.metric.parsing import parse_response
 from gbtrain.metric.points import PointsOptions
 from gbtrain.metric.scoring import (
@@ -126,6 +127,7 @@ class EvalOptions:
     limit: int | None = None
     l2_margin: float = DEFAULT_L2_MARGIN  # derived L2 regions, as the training data's builder drew them
     points: PointsOptions = PointsOptions()  # the bands and large-error share of the points report
+    intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
 
 
 class Evaluator:
@@ -284,7 +286,7 @@ class Evaluator:
 
     def score_options(self, s: Setting, match_radius: float = 1.0) -> ScoreOptions:
         return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget, match_radius,
-                            points_options=self.opts.points)
+                            points_options=self.opts.points, intervals=self.opts.intervals)
 
     def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
         """The setting's report, plus the records whose line carries an error (prompt too long, endpoint

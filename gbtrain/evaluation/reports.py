@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,16 +14,20 @@ import matplotlib.pyplot as plt
 from PIL import Image, ImageDraw
 
 from gbtrain.config import option
+from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes, PairingError, paired_gains
 from gbtrain.schema import Record
 from gbtrain.text import markdown_text, redact
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
 
 GATES = ("localized", "recognized", "reasoned", "accuracy")
+OUTCOMES_FILE = "outcomes.jsonl"  # beside report.json: each setting's per-page outcomes, what compare pairs
+INTERVALS_DOC = "docs/metric.md#intervals-and-paired-gains"
 
 
 @dataclass
-class CompareRun:
-    """Everything one `eval/compare.py` call needs: the two reports by their place, then --out (gbtrain.cli)."""
+class CompareRun(IntervalFlags):
+    """Everything one `eval/compare.py` call needs: the two reports by their place, then --out (gbtrain.cli), and
+    the paired bootstrap's resamples and seed."""
 
     base: str = option(help="the base model's report.json (eval/run_eval.py)", positional=True)
     sft: str = option(help="the fine-tuned model's report.json", positional=True)
@@ -57,15 +63,90 @@ def three_turn_rows(settings: dict[str, dict]) -> list[dict]:
 
 
 def build_report(settings: dict[str, dict], meta: dict, diagnostics: dict | None) -> dict:
-    slim = {k: {kk: vv for kk, vv in v.items() if kk != "groups"} for k, v in settings.items()}
+    """report.json: the scored settings without their groups and pages (report.html and OUTCOMES_FILE hold
+    those)."""
+    slim = {k: {kk: vv for kk, vv in v.items() if kk not in ("groups", "pages")} for k, v in settings.items()}
     return {"meta": meta, "table2": table2(settings), "three_turn": three_turn_rows(settings),
             "diagnostics": diagnostics, "settings": slim}
+
+
+def outcomes_text(settings: dict[str, dict]) -> str:
+    """OUTCOMES_FILE: one JSON line per setting with its pages' outcomes (the scorer's `pages`), ASCII, byte-stable."""
+    return "".join(json.dumps({"setting": name, "pages": s["pages"]}, sort_keys=True, separators=(",", ":")) + "\n"
+                   for name, s in sorted(settings.items()))
+
+
+def outcomes_record(text: str) -> dict:
+    """What report.json's meta says of its OUTCOMES_FILE, so that compare finds it and knows it unchanged."""
+    return {"file": OUTCOMES_FILE, "sha256": hashlib.sha256(text.encode("ascii")).hexdigest()}
+
+
+@dataclass(frozen=True)
+class ReportOutcomes:
+    """A report's per-page outcomes (setting -> page -> its outcomes), or why it has none (a line for the gains)."""
+
+    settings: dict[str, dict[str, PageOutcomes]] | None
+    why_none: str = ""
+
+
+def read_outcomes(report_path: str | Path, report: dict) -> ReportOutcomes:
+    """The per-page outcomes of each setting of a report.json, from the OUTCOMES_FILE beside it, checked against the
+    hash its meta records. A report that predates them, or whose file was not kept beside it, has none (its gains are
+    shown without intervals, saying why); a file that is not the one the report was written with is refused."""
+    record = report["meta"].get("outcomes")
+    if record is None:
+        return ReportOutcomes(None, f"{report_path} predates them (its meta names no {OUTCOMES_FILE}): rerun "
+                                    f"eval/run_eval.py into its folder to score it again")
+    path = Path(report_path).with_name(OUTCOMES_FILE)
+    if not path.is_file():
+        return ReportOutcomes(None, f"{path} is missing: keep it beside {report_path} (eval/run_eval.py writes both)")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {path} ({e.strerror}), the per-group outcomes of {report_path}") from None
+    if not isinstance(record, dict) or hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise ValueError(f"{path} is not the file {report_path} was written with (its sha256 differs): restore it, "
+                         f"or rerun eval/run_eval.py into that folder to score it again")
+    try:
+        lines = [json.loads(line) for line in data.decode("ascii").splitlines()]
+        return ReportOutcomes({line["setting"]: {page: PageOutcomes.from_json(p) for page, p in line["pages"].items()}
+                               for line in lines})
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not an outcomes file of eval/run_eval.py ({e})") from None
 
 
 def _fmt(v, pct=True) -> str:
     if v is None:
         return "–"
     return f"{100 * v:.1f}" if pct else f"{v:.1f}"
+
+
+def _ci(value, interval: list[float] | None, scale: float = 100, digits: int = 1) -> str:
+    """A figure with its 95% interval, `57.1 [48.3, 65.0]`; the figure alone where it has none."""
+    if value is None:
+        return "–"
+    text = f"{scale * value:.{digits}f}"
+    return text + (f" [{scale * interval[0]:.{digits}f}, {scale * interval[1]:.{digits}f}]" if interval else "")
+
+
+def _cell(setting: dict | None, metric: str) -> str:
+    """A setting's accuracy, gate rate (%) or mAP with its interval (report.json's `intervals`)."""
+    if not setting:
+        return "–"
+    interval = (setting.get("intervals") or {}).get(metric)
+    return _ci(setting[metric], interval, 1 if metric == "map_20_50" else 100)
+
+
+def interval_notes(settings: dict[str, dict]) -> list[str]:
+    """The lines under a table of intervals: how they were made, and the settings that have none, with why."""
+    made = [s["intervals"] for s in settings.values() if s.get("intervals")]
+    if not made:
+        return ["", "No intervals: this report predates them."]
+    i = made[0]
+    lines = ["", f"[low, high]: 95% interval, {i['method']}, {i['resamples']} resamples, seed {i['seed']} "
+                 f"({INTERVALS_DOC})."]
+    return lines + [f"{name}: no interval: {s['intervals']['undefined']}." for name, s in sorted(settings.items())
+                    if s.get("intervals") and s["intervals"]["undefined"]]
 
 
 def markdown(report: dict) -> str:
@@ -76,25 +157,29 @@ def markdown(report: dict) -> str:
              f"{meta.get('min_pixels')}-{meta.get('max_pixels')}.", "",
              "## Table 2 layout (accuracy %, mAP@[.2:.5])", ""]
     levels = [lvl for lvl in LEVELS if lvl in t]
+    settings = report["settings"]
     lines.append("| " + " | ".join(f"{lvl} mAP | {lvl} Acc-F | {lvl} Acc-B" for lvl in levels) + " | Overall |")
     lines.append("|" + "---:|" * (3 * len(levels) + 1))
-    lines.append("| " + " | ".join(f"{_fmt(t[lvl]['mAP'], False)} | {_fmt(t[lvl]['Acc-F'])} | {_fmt(t[lvl]['Acc-B'])}"
-                                   for lvl in levels) + f" | {_fmt(t['Overall'])} |")
+    cells = []
+    for lvl in levels:
+        af, ab = (settings.get(setting_name(lvl, mode)) for mode in (ANSWER_FREE, ANSWER_BASED))
+        cells.append(f"{_cell(af or ab, 'map_20_50')} | {_cell(af, 'accuracy')} | {_cell(ab, 'accuracy')}")
+    lines.append("| " + " | ".join(cells) + f" | {_fmt(t['Overall'])} |")
     lines += ["", "## Per setting", "",
               "| setting | groups | localized | recognized | reasoned | accuracy | mAP | FN | FP | missing "
               "| unparsable |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, s in sorted(report["settings"].items()):
+    for name, s in sorted(settings.items()):
         c = s["coverage"]
-        lines.append(f"| {name} | {s['n_groups']} | {_fmt(s['localized'])} | {_fmt(s['recognized'])} | "
-                     f"{_fmt(s['reasoned'])} | {_fmt(s['accuracy'])} | {_fmt(s['map_20_50'], False)} | {s['fn']} | "
-                     f"{s['fp']} | {c['missing']} | {c['unparsable']} |")
-    lines += points_table(report["settings"])
+        lines.append(f"| {name} | {s['n_groups']} | " + " | ".join(_cell(s, m) for m in (*GATES, "map_20_50"))
+                     + f" | {s['fn']} | {s['fp']} | {c['missing']} | {c['unparsable']} |")
+    lines += interval_notes(settings)
+    lines += points_table(settings)
     if report["three_turn"]:
         lines += ["", "## Three-turn vs single-turn (accuracy %)", "", "| setting | single | three-turn |",
                   "|---|---:|---:|"]
-        lines += [f"| {r['setting']} | {_fmt(r['single_turn'])} | {_fmt(r['three_turn'])} |"
-                  for r in report["three_turn"]]
+        lines += [f"| {r['setting']} | {_cell(settings[r['setting']], 'accuracy')} | "
+                  f"{_cell(settings[r['setting'] + '-3t'], 'accuracy')} |" for r in report["three_turn"]]
     d = report.get("diagnostics")
     if d:
         lines += ["", "## L1 diagnostics (isolated capabilities)", "",
@@ -122,7 +207,8 @@ def points_table(settings: dict[str, dict]) -> list[str]:
              "same band | missing | out of range |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in graded.items():
         m, c = p["model"], p["coverage"]
-        lines.append(f"| {name} | {p['n']} | {m['mae']:.3f} | {m['normalized_mae']:.3f} | "
+        mae = _ci(m["mae"], (settings[name].get("intervals") or {}).get("mae"), 1, 3)
+        lines.append(f"| {name} | {p['n']} | {mae} | {m['normalized_mae']:.3f} | "
                      f"{m['mean_signed_error']:+.3f} | {m['max_error']:g} | {m['large_errors']} | "
                      f"{kappa_text(m['kappa'])} | {kappa_text(m['weighted_kappa']['quadratic'])} | "
                      f"{_fmt(m['exact_band'])}% | {c['missing']} | {c['out_of_range']} |")
@@ -220,32 +306,67 @@ def comparison_problems(base: dict, sft: dict) -> list[str]:
     return problems
 
 
-def compare(base: dict, sft: dict) -> tuple[str, list[dict]]:
-    """Gains of SFT over base, metric by metric and setting by setting (Markdown and rows)."""
+def paired(base: dict, sft: dict, outcomes: tuple[ReportOutcomes, ReportOutcomes],
+           opts: IntervalOptions) -> dict[str, dict] | None:
+    """Each common setting's paired gains (gbtrain.metric.intervals.paired_gains); None when a report has no
+    outcomes. Two reports scored on other groups are refused, naming the first that differs."""
+    b, s = (o.settings for o in outcomes)
+    if b is None or s is None:
+        return None
+    gains = {}
+    for name in sorted(set(base["settings"]) & set(sft["settings"])):
+        try:
+            gains[name] = paired_gains(b.get(name, {}), s.get(name, {}), opts)
+        except PairingError as e:
+            raise ValueError(f"{name}: {e}: the reports were not scored on the same records; evaluate both with the "
+                             f"same --data and --limit") from None
+    return gains
+
+
+def _gain(row: dict, scale: float = 100, digits: int = 1) -> str:
+    """A gain with its paired interval and McNemar p-value where it has them: `+5.0 [-1.2, +11.3], p = 0.21`."""
+    text = f"{scale * row['gain']:+.{digits}f}"
+    if row.get("interval"):
+        low, high = row["interval"]
+        text += f" [{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
+    if row.get("p") is not None:
+        text += ", p < 0.001" if row["p"] < 0.001 else f", p = {row['p']:.2g}"
+    return text
+
+
+NOT_READ = ReportOutcomes(None, "its outcomes were not read")
+
+
+def compare(base: dict, sft: dict, outcomes: tuple[ReportOutcomes, ReportOutcomes] = (NOT_READ, NOT_READ),
+            opts: IntervalOptions = IntervalOptions()) -> tuple[str, list[dict]]:
+    """Gains of SFT over base, metric by metric and setting by setting (Markdown and rows), each with its paired
+    95% interval and, for the gates, its McNemar p-value when both reports have their outcomes (read_outcomes)."""
     problems = comparison_problems(base, sft)
     if problems:
         raise ValueError("the reports were not made on the same records and scoring (" + "; ".join(problems)
                          + "): evaluate both with the same --data, --limit and --judge")
+    gains = paired(base, sft, outcomes, opts)
     rows = []
     for name in sorted(set(base["settings"]) & set(sft["settings"])):
-        b, s = base["settings"][name], sft["settings"][name]
-        rows.append({"setting": name, **{m: {"base": b[m], "sft": s[m], "gain": round(s[m] - b[m], 6)}
-                                         for m in METRICS}})
+        b, s, g = base["settings"][name], sft["settings"][name], (gains or {}).get(name, {})
+        rows.append({"setting": name, **{m: {"base": b[m], "sft": s[m], "gain": round(s[m] - b[m], 6),
+                                             "interval": g.get(m), "p": g.get("p", {}).get(m)} for m in METRICS}})
     bo, so = base["table2"].get("Overall"), sft["table2"].get("Overall")
     lines = [f"# Gains of {markdown_text(sft['meta'].get('model'))} over {markdown_text(base['meta'].get('model'))}",
              "",
              "| setting | accuracy base → SFT (Δ) | localized | recognized | reasoned | mAP base → SFT (Δ) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [f"{100 * r[m]['base']:.1f} → {100 * r[m]['sft']:.1f} ({100 * r[m]['gain']:+.1f})"
+        cells = [f"{100 * r[m]['base']:.1f} → {100 * r[m]['sft']:.1f} ({_gain(r[m])})"
                  for m in ("accuracy", "localized", "recognized", "reasoned")]
         m = r["map_20_50"]
-        cells.append(f"{m['base']:.1f} → {m['sft']:.1f} ({m['gain']:+.1f})")
+        cells.append(f"{m['base']:.1f} → {m['sft']:.1f} ({_gain(m, 1)})")
         lines.append(f"| {r['setting']} | " + " | ".join(cells) + " |")
+    lines += gain_notes(gains, opts, outcomes)
     if bo is not None and so is not None:
         lines += ["", f"Overall accuracy (mean of the settings' accuracies): {100 * bo:.1f} → {100 * so:.1f} "
                       f"({100 * (so - bo):+.1f})"]
-    lines += points_gains(base["settings"], sft["settings"])
+    lines += points_gains(base["settings"], sft["settings"], gains)
     bu = sum(v["coverage"]["unparsable"] for v in base["settings"].values())
     su = sum(v["coverage"]["unparsable"] for v in sft["settings"].values())
     n = sum(v["n_records"] for v in base["settings"].values())
@@ -253,8 +374,21 @@ def compare(base: dict, sft: dict) -> tuple[str, list[dict]]:
     return "\n".join(lines) + "\n", rows
 
 
-def points_gains(base: dict[str, dict], sft: dict[str, dict]) -> list[str]:
-    """The Markdown lines of the points figures base -> SFT, for the settings both reports graded in points."""
+def gain_notes(gains: dict[str, dict] | None, opts: IntervalOptions,
+               outcomes: tuple[ReportOutcomes, ReportOutcomes]) -> list[str]:
+    """The lines under the gains table: how the intervals and p-values were made, or why there are none."""
+    if gains is None:
+        why = "; ".join(dict.fromkeys(o.why_none for o in outcomes if o.settings is None))
+        return ["", f"No intervals: {why} ({INTERVALS_DOC})."]
+    return (["", f"Δ [low, high]: 95% paired interval of the gain, the same pages resampled for both models "
+                 f"({opts.resamples} resamples, seed {opts.seed}); p: exact McNemar test on the groups one model "
+                 f"passes and the other fails ({INTERVALS_DOC})."]
+            + [f"{name}: no interval: {g['undefined']}." for name, g in sorted(gains.items()) if g["undefined"]])
+
+
+def points_gains(base: dict[str, dict], sft: dict[str, dict], gains: dict[str, dict] | None = None) -> list[str]:
+    """The Markdown lines of the points figures base -> SFT, for the settings both reports graded in points (with
+    the MAE's change and its paired interval where `gains` has one)."""
     names = [n for n in sorted(set(base) & set(sft)) if base[n].get("points") and sft[n].get("points")]
     if not names:
         return []
@@ -263,7 +397,9 @@ def points_gains(base: dict[str, dict], sft: dict[str, dict]) -> list[str]:
              "|---|---:|---|---|---|---|"]
     for n in names:
         b, s = base[n]["points"]["model"], sft[n]["points"]["model"]
-        lines.append(f"| {n} | {sft[n]['points']['n']} | {b['mae']:.3f} → {s['mae']:.3f} | "
+        interval = ((gains or {}).get(n) or {}).get("mae")
+        change = f" ({_gain({'gain': s['mae'] - b['mae'], 'interval': interval}, 1, 3)})" if interval else ""
+        lines.append(f"| {n} | {sft[n]['points']['n']} | {b['mae']:.3f} → {s['mae']:.3f}{change} | "
                      f"{b['normalized_mae']:.3f} → {s['normalized_mae']:.3f} | {kappa_text(b['kappa'])} → "
                      f"{kappa_text(s['kappa'])} | {kappa_text(b['weighted_kappa']['quadratic'])} → "
                      f"{kappa_text(s['weighted_kappa']['quadratic'])} |")

@@ -33,6 +33,7 @@ from gbtrain.evaluation.engine import (
 from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
+from gbtrain.metric.intervals import IntervalFlags
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.metric.parsing import parse_response
 from gbtrain.metric.points import PointsFlags
@@ -41,7 +42,7 @@ from gbtrain.vocabulary import L2, one_of
 
 
 @dataclass
-class EvalRun(ModelOptions, PointsFlags):
+class EvalRun(ModelOptions, PointsFlags, IntervalFlags):
     """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these. Each field
     is a flag of run_eval.py (gbtrain.cli.add_options)."""
 
@@ -164,7 +165,8 @@ def check_run(run: EvalRun) -> None:
         raise ValueError("; ".join(bad))
     if run.backend not in BACKENDS:
         raise ValueError(f"unknown backend {run.backend!r}: {one_of(BACKENDS)}")
-    run.points_options()  # refuses bad bands before any model loads
+    run.points_options()  # refuses bad bands, resample counts and seeds before any model loads
+    run.interval_options()
     require_out(run.out)
 
 
@@ -248,7 +250,7 @@ def run_settings(run: EvalRun, plan: RunPlan, progress: bool = True) -> tuple[Ev
     ev = Evaluator(backend, Path(run.data), Path(run.out),
                    EvalOptions(plan.coords, plan.budget, SamplingOptions(max_tokens=run.max_tokens), run.batch_size,
                                run.max_model_len if tokenizer else None, run.limit, plan.l2_margin,
-                               run.points_options()),
+                               run.points_options(), run.interval_options()),
                    tokenizer=tokenizer, progress=progress)
     for s in plan.settings:
         ev.run(s, overwrite=run.overwrite, sampling=setting_sampling(run, s))
@@ -272,15 +274,18 @@ def run_meta(run: EvalRun, plan: RunPlan, identity: dict) -> dict:
 
 def write_reports(ev: Evaluator, settings: list[Setting], scored: dict[str, dict], meta: dict,
                   diagnostics: dict | None, overlays: int) -> dict:
-    """OUTDIR/report.json, report.md, plots/, overlays/ (the first `overlays` records of each single-turn L1/L3
-    setting) and report.html, from the scored settings; returns the report. The groups' outcomes, which
-    report.json leaves out, go to report.html's records."""
+    """OUTDIR/report.json, outcomes.jsonl, report.md, plots/, overlays/ (the first `overlays` records of each
+    single-turn L1/L3 setting) and report.html, from the scored settings; returns the report. The groups' outcomes,
+    which report.json leaves out, go to report.html's records and, page by page, to outcomes.jsonl (what
+    eval/compare.py pairs; report.json's meta records its hash)."""
     from gbtrain.evaluation import html_report, reports
     from gbtrain.metric.parsing import normalize_items
     from gbtrain.metric.scoring import item_boxes, write_report
 
     out = ev.out
-    report = reports.build_report(scored, meta, diagnostics)
+    outcomes = reports.outcomes_text(scored)
+    report = reports.build_report(scored, meta | {"outcomes": reports.outcomes_record(outcomes)}, diagnostics)
+    (out / reports.OUTCOMES_FILE).write_text(outcomes, encoding="ascii")
     write_report(report, out / "report.json")
     (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")
     reports.plots(report, out / "plots")

@@ -162,15 +162,12 @@ def _listed(keys) -> list[list[str]]:
     return [list(key) for key in sorted(keys)]
 
 
-def points_report(references: list[Reference], given: list[tuple[Key, object]], opts: PointsOptions) -> dict:
-    """The points report of the model's scores (`given`: (key, the raw value written), in order; a key given twice
-    counts its last value, listed) against the teachers', over exactly the references."""
-    by_key = {ref.key: ref for ref in references}
-    if len(by_key) != len(references):  # a bug of the caller: the reader and eval/agreement.py refuse such input
-        raise RuntimeError("points_report: two references with one key")
-    seen = Counter(key for key, _ in given)
+def rated(references: list[Reference], given: list[tuple[Key, object]], opts: PointsOptions
+          ) -> tuple[list[tuple[float, float, float]], list[dict]]:
+    """(full score, teacher's points, the model's points as counted) of each reference in order, and the scores
+    outside 0..full (listed with why): what every points figure is computed from, the MAE's interval too."""
     latest = dict(given)
-    out_of_range, rows, second, types = [], [], [], {}
+    rows, out_of_range = [], []
     for ref in references:
         worst = _worst(ref, opts)
         if ref.key not in latest:
@@ -184,8 +181,21 @@ def points_report(references: list[Reference], given: list[tuple[Key, object]], 
             if why:
                 out_of_range.append({"id": list(ref.key), "score": _short(latest[ref.key]), "why": why})
             points = worst if value is None else min(max(value, 0.0), float(ref.full_score))
-        row = (ref.full_score, ref.score, points)
-        rows.append(row)
+        rows.append((ref.full_score, ref.score, points))
+    return rows, out_of_range
+
+
+def points_report(references: list[Reference], given: list[tuple[Key, object]], opts: PointsOptions) -> dict:
+    """The points report of the model's scores (`given`: (key, the raw value written), in order; a key given twice
+    counts its last value, listed) against the teachers', over exactly the references."""
+    by_key = {ref.key: ref for ref in references}
+    if len(by_key) != len(references):  # a bug of the caller: the reader and eval/agreement.py refuse such input
+        raise RuntimeError("points_report: two references with one key")
+    seen = Counter(key for key, _ in given)
+    latest = dict(given)
+    rows, out_of_range = rated(references, given, opts)
+    second, types = [], {}
+    for ref, row in zip(references, rows, strict=True):
         types.setdefault(ref.question_type, []).append(row)
         if ref.score_2 is not None:
             second.append((row, (ref.full_score, ref.score, ref.score_2)))

@@ -24,7 +24,8 @@ from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.inference.base import VLLMMemory
-from gbtrain.metric import judges, parsing, points
+from gbtrain.metric import intervals, judges, parsing, points
+from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes
 from gbtrain.metric.judges import normalize_text
 from gbtrain.metric.points import PointsFlags, PointsOptions
 from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
@@ -47,6 +48,7 @@ class ScoreOptions:
     allow_duplicates: bool = False
     judge: str = "rule"
     points_options: PointsOptions = PointsOptions()  # bands and the large-error threshold
+    intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
 
     def __post_init__(self):
         if self.level not in LEVELS or self.mode not in MODES:
@@ -203,17 +205,25 @@ def _rate(n: int, d: int) -> float:
     return round(n / d, _ROUND) if d else 0.0
 
 
-def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]]) -> tuple[float, dict[str, float]]:
-    """mAP@[0.2:0.5] in [0, 100]: AP_t = P_t x R_t over the whole setting (one PR point: no confidences)."""
-    n_items = sum(len(b) for b in boxes_by_record.values())
-    pairs, n_groups = [], 0
+def record_true_positives(records: list[Record], boxes_by_record: dict[str, list[Box]]) -> list[list[int]]:
+    """Each record's true positives at each IoU threshold (items and groups are matched within their record)."""
+    out = []
     for r in records:
-        group_boxes = [g.box for g in r.groups]
-        n_groups += len(group_boxes)
-        pairs.append(iou_pairs(boxes_by_record.get(r.record_id, []), group_boxes))
+        pairs = iou_pairs(boxes_by_record.get(r.record_id, []), [g.box for g in r.groups])
+        out.append([iou_matches(pairs, t) for t in IOU_THRESHOLDS])
+    return out
+
+
+def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]],
+              true_positives: list[list[int]] | None = None) -> tuple[float, dict[str, float]]:
+    """mAP@[0.2:0.5] in [0, 100]: AP_t = P_t x R_t over the whole setting (one PR point: no confidences).
+    `true_positives`: record_true_positives of the same records, when already counted."""
+    tps = record_true_positives(records, boxes_by_record) if true_positives is None else true_positives
+    n_items = sum(len(boxes_by_record.get(r.record_id, [])) for r in records)
+    n_groups = sum(len(r.groups) for r in records)
     ap = {}
-    for t in IOU_THRESHOLDS:
-        tp = sum(iou_matches(p, t) for p in pairs)
+    for k, t in enumerate(IOU_THRESHOLDS):
+        tp = sum(row[k] for row in tps)
         p = tp / n_items if n_items else 0.0
         rec = tp / n_groups if n_groups else 0.0
         ap[f"{t:.2f}"] = round(p * rec, _ROUND)
@@ -224,9 +234,26 @@ def _points(g: GradedSetting) -> dict | None:
     """The points report (gbtrain.metric.points) over every group with a full score, --exclude-other or not (a
     half-right answer is what points measure); None when the annotations give no points. A score comes from the
     item matched to its group; a scored item that matched none is listed as unexpected, as `item <index>`."""
-    refs = [points.Reference((r.record_id, grp.group_id), grp.full_score, grp.score, grp.question_type, grp.score_2)
-            for r in g.records for grp in r.groups if grp.full_score is not None]
-    return points.points_report(refs, g.scores, g.opts.points_options) if refs else None
+    return points.points_report(g.references, g.scores, g.opts.points_options) if g.references else None
+
+
+def _pages(g: GradedSetting) -> dict[str, PageOutcomes]:
+    """Each page's share of the setting (gbtrain.metric.intervals): what its intervals resample, and what
+    eval/compare.py pairs. An L1 crop or L2 region counts with the page it comes from."""
+    pages: dict[str, PageOutcomes] = {}
+    n_groups = Counter(o.record_id for o in g.outcomes)  # every group, for the mAP's recall
+    for r, tp in zip(g.records, g.true_positives, strict=True):
+        page = pages.setdefault(r.page_id, PageOutcomes({}, [0] * (2 + len(IOU_THRESHOLDS)), {}))
+        for k, n in enumerate([len(g.boxes_by_record.get(r.record_id, [])), n_groups[r.record_id], *tp]):
+            page.boxes[k] += n
+    page_of = {r.record_id: r.page_id for r in g.records}
+    for o in g.counted:
+        pages[page_of[o.record_id]].gates[(o.record_id, o.group_id)] = intervals.gates_passed(
+            o.localized, o.recognized, o.reasoned, o.accurate)
+    rows, _ = points.rated(g.references, g.scores, g.opts.points_options)
+    for ref, (_, teacher, model) in zip(g.references, rows, strict=True):
+        pages[page_of[ref.key[0]]].errors[ref.key] = abs(model - teacher)
+    return pages
 
 
 def scorer_sha256() -> str:
@@ -263,8 +290,22 @@ class GradedSetting:
         return [o for o in self.outcomes if not o.excluded]
 
     @cached_property
+    def true_positives(self) -> list[list[int]]:
+        return record_true_positives(self.records, self.boxes_by_record)
+
+    @cached_property
     def localization(self) -> tuple[float, dict[str, float]]:
-        return map_20_50(self.records, self.boxes_by_record)
+        return map_20_50(self.records, self.boxes_by_record, self.true_positives)
+
+    @cached_property
+    def references(self) -> list[points.Reference]:
+        """Every group with a full score: what the points report, and its interval, measure against."""
+        return [points.Reference((r.record_id, grp.group_id), grp.full_score, grp.score, grp.question_type,
+                                 grp.score_2) for r in self.records for grp in r.groups if grp.full_score is not None]
+
+    @cached_property
+    def pages(self) -> dict[str, PageOutcomes]:
+        return _pages(self)
 
     def rate(self, gate: str) -> float:
         return _rate(sum(getattr(o, gate) for o in self.counted), len(self.counted))
@@ -360,6 +401,8 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
     "breakdown": lambda g: breakdown(g.counted),
     "points": _points,
+    "intervals": lambda g: intervals.setting_intervals(g.pages, g.opts.intervals),
+    "pages": lambda g: {page: p.to_json() for page, p in g.pages.items()},
     "settings": lambda g: asdict(g.opts) | {"judge": getattr(g.judge, "name", g.opts.judge),
                                             "cer_threshold": CER_THRESHOLD, "iou_thresholds": list(IOU_THRESHOLDS)},
     "scorer_sha256": lambda g: scorer_sha256(),
@@ -400,7 +443,7 @@ def breakdown(outcomes: list[GroupOutcome]) -> dict:
 
 
 @dataclass
-class ScoreRun(PointsFlags):
+class ScoreRun(PointsFlags, IntervalFlags):
     """Everything one `eval/score.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
 
     data: str = option(help="GradingBench-layout folder")
@@ -428,7 +471,7 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     or warned about. The options are checked first, so a bad radius or budget never scores a file as 0.0."""
     opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
-                        run.points_options())
+                        run.points_options(), run.interval_options())
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     loaded = load_level(run.data, run.level, lenient=run.lenient)
     if not loaded.records:  # a report of "0 groups" would read as a score
