@@ -8,6 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh .venv
 export TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 TQDM_MININTERVAL=5
+# Bytecode is cached (under .venv, not beside the sources) even where PYTHONDONTWRITEBYTECODE is set, as on this
+# project's machines: the slow tests start entry scripts, training ranks and vLLM engines, and each process that
+# imports vLLM, transformers and TRL would compile them again (docs/testing.md)
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
 WORKERS=${GBTRAIN_TEST_WORKERS:-0}
 # one torch thread per worker: the workers share the cores
 if [ "$WORKERS" -gt 1 ]; then export OMP_NUM_THREADS=1; fi
