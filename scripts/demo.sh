@@ -61,6 +61,10 @@ else
   VENV=.venv
 fi
 PY=$VENV/bin/python
+# Bytecode cached under the environment even where PYTHONDONTWRITEBYTECODE is set (as in scripts/test.sh): each
+# stage's process would otherwise compile vLLM, transformers and TRL again (docs/testing.md)
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="$VENV/pycache"
 DEVICE=(--cpu)
 if $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then DEVICE=(); fi
 # Optional, for speed and quiet (docs/evaluation.md#memory-and-environment); gbtrain sizes vLLM's memory itself.
