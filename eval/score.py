@@ -29,10 +29,12 @@ def main() -> None:
         print(f"score: warning: the judge gave {replies['unclear']} of {replies['asked']} replies that are neither "
               f"yes nor no (counted as not equivalent; examples in {run.out} judge_replies)", file=sys.stderr)
     interval = report["intervals"]["accuracy"]
+    r = report["map_ranked"]
+    ranked = f"ranked by confidence: {r['value']:.2f}" if r["value"] is not None else r["undefined"]
     ci = f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else ""
     print(f"{run.level} {run.mode}: accuracy {report['accuracy']:.4f}{ci} over {report['n_groups']} groups "
           f"(localized {report['localized']:.4f}, recognized {report['recognized']:.4f}, "
-          f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f}; "
+          f"reasoned {report['reasoned']:.4f}); mAP@[.2:.5] {report['map_20_50']:.2f} ({ranked}); "
           f"missing {cov['missing']}, unparsable {cov['unparsable']}, unexpected {cov['unexpected']} -> {run.out}")
     points = report["points"]
     if points:

@@ -174,9 +174,10 @@ def run_script(tmp_path, source: str, timeout: int = 600):
 class ChatEndpoint:
     """A real HTTP server speaking the OpenAI chat API on 127.0.0.1 (`url`; stop it with `server.shutdown()`).
     `answer(model, n)` decides the n-th request (1-based, counted per requested model name): (200, reply text or
-    None for no content), or (an error status, the error's message)."""
+    None for no content), or (an error status, the error's message). `logprob`, when given: each character of a
+    reply is a token of that logprob, sent when the request asks for logprobs."""
 
-    def __init__(self, answer: Callable[[str, int], tuple[int, str | None]]):
+    def __init__(self, answer: Callable[[str, int], tuple[int, str | None]], logprob: float | None = None):
         import http.server
         import json
         import threading
@@ -196,6 +197,9 @@ class ChatEndpoint:
                     doc = {"id": "x", "object": "chat.completion", "created": 0, "model": model,
                            "choices": [{"index": 0, "finish_reason": "stop",
                                         "message": {"role": "assistant", "content": text}}]}
+                    if logprob is not None and body.get("logprobs") and text:
+                        doc["choices"][0]["logprobs"] = {"content": [
+                            {"token": ch, "logprob": logprob, "bytes": None, "top_logprobs": []} for ch in text]}
                 data = json.dumps(doc).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -100,9 +100,11 @@ def test_vllm_ranks_and_hf_see_the_budget_and_decode_the_same_in_order(tiny_mode
             image_id = backend.tokenizer().convert_tokens_to_ids("<|image_pad|>")
             convs = [[message(p, Image.new("RGB", size, (180, 180, 180)))] for p, size in zip({prompts!r}, {sizes!r})]
             outputs = backend.generate(convs, SamplingOptions(max_tokens=12))
+            replies = backend.chat(convs, SamplingOptions(max_tokens=12))
             backend.close()
             print("RESULT " + json.dumps({{"image_tokens": [o.prompt_token_ids.count(image_id) for o in outputs],
-                                           "tokens": [list(o.outputs[0].token_ids) for o in outputs]}}))
+                                           "tokens": [list(o.outputs[0].token_ids) for o in outputs],
+                                           "logprobs": [r.logprobs for r in replies]}}))
     """)
     builder = [BUDGET.image_tokens(w, h) for w, h in sizes]
     assert vllm["image_tokens"] == builder
@@ -111,9 +113,16 @@ def test_vllm_ranks_and_hf_see_the_budget_and_decode_the_same_in_order(tiny_mode
     convs = [[message(p, gray(w, h))] for p, (w, h) in zip(prompts, sizes, strict=True)]
     ids = hf.encode(convs)["input_ids"]
     assert [image_token_count(row, hf.processor.tokenizer) for row in ids] == builder
-    expected = hf.generate(convs, SamplingOptions(max_tokens=12))
+    generated = hf.generate(convs, SamplingOptions(max_tokens=12))
+    expected = [ids for ids, _ in generated]
     assert len({tuple(t) for t in expected}) > 1  # distinct replies, so a mixed-up order would show
     assert vllm["tokens"] == expected
+    # The sampled tokens' logprobs (raw, before the repetition penalty) agree within 1e-3 in float32 and are <= 0,
+    # so each confidence exp(mean) lies in [0, 1]; the offsets are each library's own decode.
+    for v_reply, (_, h_lps) in zip(vllm["logprobs"], generated, strict=True):
+        v_lps = [lp for _, lp in v_reply]
+        assert len(v_lps) == len(h_lps) and all(lp <= 0 for lp in v_lps + h_lps)
+        assert max(abs(a - b) for a, b in zip(v_lps, h_lps, strict=True)) < 1e-3
 
 
 def test_credentials_in_a_url_never_reach_a_report():

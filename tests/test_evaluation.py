@@ -275,7 +275,7 @@ def refuse_the_second(model: str, n: int) -> tuple[int, str]:
 def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goes_on(synth_dir, tmp_path):
     from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
 
-    endpoint = ChatEndpoint(refuse_the_second)
+    endpoint = ChatEndpoint(refuse_the_second, logprob=-0.25)
     try:
         run = EvalRun(model="m", data=str(synth_dir), out=str(tmp_path / "ev"), backend="openai",
                       base_url=endpoint.url, settings="L2-af", limit=3, coords="qwen25", overlays=0,
@@ -286,7 +286,10 @@ def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goe
     lines = [json.loads(ln) for ln in (tmp_path / "ev" / "predictions" / "L2-af.jsonl").read_text().splitlines()]
     refused = [ln for ln in lines if "error" in ln]
     assert len(lines) == 3 and len(refused) == 1  # the other records' replies were kept
-    assert all("400" in ln["error"] and ln["response"] == "" for ln in refused)
+    assert all("400" in ln["error"] and ln["response"] == "" and "logprobs" not in ln for ln in refused)
+    # the endpoint's logprobs of the kept replies ("[]": two tokens), at their characters' offsets
+    assert [ln["logprobs"] for ln in lines if "error" not in ln] == [[[0, -0.25], [1, -0.25]]] * 2
+    assert report["settings"]["L2-af"]["map_ranked"]["undefined"] == "no confidences: one-point mAP only"  # no box
     errors = report["settings"]["L2-af"]["generation_errors"]
     assert errors["count"] == len(refused) and set(errors["examples"]) == {ln["id"] for ln in refused}
 

@@ -241,7 +241,10 @@ class Evaluator:
         for e in errors:
             reply = None if e else next(replies)
             error = e or getattr(reply, "error", None)  # a FailedReply: the endpoint refused this record
-            rows.append({"response": "", "error": error} if error else {"response": reply})
+            row = {"response": "", "error": error} if error else {"response": str(reply)}
+            if not error and getattr(reply, "logprobs", None) is not None:  # per token [char offset, logprob]
+                row["logprobs"] = reply.logprobs
+            rows.append(row)
         return rows
 
     def _single(self, chunk: list[Record], s: Setting, sampling: SamplingOptions) -> list[dict]:

@@ -137,6 +137,15 @@ def _cell(setting: dict | None, metric: str) -> str:
     return _ci(setting[metric], interval, 1 if metric == "map_20_50" else 100)
 
 
+def ranked_map_notes(settings: dict[str, dict]) -> list[str]:
+    """mAP ranked by the boxes' confidences (docs/metric.md#confidences) per setting, or why there is none."""
+    if not any("map_ranked" in s for s in settings.values()):
+        return []  # a report from before confidences
+    cells = [f"{name} {r['value']:.2f}" if r["value"] is not None else f"{name}: {r['undefined']}"
+             for name, s in sorted(settings.items()) if (r := s.get("map_ranked"))]
+    return ["", "mAP ranked by box confidence (101-point): " + "; ".join(cells) + "."]
+
+
 def interval_notes(settings: dict[str, dict]) -> list[str]:
     """The lines under a table of intervals: how they were made, and the settings that have none, with why."""
     made = [s["intervals"] for s in settings.values() if s.get("intervals")]
@@ -174,6 +183,7 @@ def markdown(report: dict) -> str:
         lines.append(f"| {name} | {s['n_groups']} | " + " | ".join(_cell(s, m) for m in (*GATES, "map_20_50"))
                      + f" | {s['fn']} | {s['fp']} | {c['missing']} | {c['unparsable']} |")
     lines += interval_notes(settings)
+    lines += ranked_map_notes(settings)
     lines += points_table(settings)
     if report["three_turn"]:
         lines += ["", "## Three-turn vs single-turn (accuracy %)", "", "| setting | single | three-turn |",

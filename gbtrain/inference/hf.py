@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gbtrain.coords import PixelBudget
 from gbtrain.inference.base import BackendOptions, RegisteredBackend, SamplingOptions
+from gbtrain.inference.logprobs import Reply, with_logprobs
 
 
 class HFBackend(RegisteredBackend):
@@ -42,8 +43,13 @@ class HFBackend(RegisteredBackend):
                                                   return_dict=True, return_tensors="pt",
                                                   processor_kwargs={"padding": True}, **self.chat_template_kwargs)
 
-    def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[list[int]]:
-        """Generated token ids per conversation (up to and including the stop token)."""
+    def generate(self, conversations: list[list[dict]], sampling: SamplingOptions
+                 ) -> list[tuple[list[int], list[float]]]:
+        """Per conversation, the generated token ids (up to and including the stop token) and each one's
+        log-probability under the model's raw logits (before the repetition penalty or temperature, as vLLM's
+        default `raw_logprobs`), in float32. One step's distribution is kept at a time (ChosenLogprobs):
+        `output_logits` would keep every step's, batch x vocabulary x reply length (20 GB for 8 replies of 8,192
+        tokens of Qwen's 152k vocabulary)."""
         import torch
 
         # Every field set here, None = off: the checkpoint's generation_config.json fills nothing else.
@@ -53,19 +59,27 @@ class HFBackend(RegisteredBackend):
                    top_p=sampling.top_p if sample else None, top_k=None, min_p=None,
                    pad_token_id=self.processor.tokenizer.pad_token_id)
         pad = self.processor.tokenizer.pad_token_id
-        out_ids: list[list[int]] = []
+        out: list[tuple[list[int], list[float]]] = []
         for i in range(0, len(conversations), self.batch_size):
             inputs = self.encode(conversations[i:i + self.batch_size]).to(self.device)
-            with torch.no_grad():
-                out = self.net.generate(**inputs, **gen)
-            for row in out[:, inputs["input_ids"].shape[1]:].tolist():
+            recorder = ChosenLogprobs()
+            hook = self.net.register_forward_hook(recorder, with_kwargs=True)
+            try:
+                with torch.no_grad():
+                    sequences = self.net.generate(**inputs, **gen)
+            finally:
+                hook.remove()
+            new = sequences[:, inputs["input_ids"].shape[1]:]
+            for row, lps in zip(new.tolist(), recorder.finish(new).tolist(), strict=True):
                 while row and row[-1] == pad:  # right padding of the shorter replies in a batch
                     row.pop()
-                out_ids.append(row)
-        return out_ids
+                out.append((row, lps[:len(row)]))
+        return out
 
-    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
-        return self.processor.batch_decode(self.generate(conversations, sampling), skip_special_tokens=True)
+    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[Reply]:
+        tok = self.processor.tokenizer
+        return [with_logprobs(tok.decode(ids, skip_special_tokens=True), tok, ids, lps)
+                for ids, lps in self.generate(conversations, sampling)]
 
     def close(self) -> None:
         import torch
@@ -75,3 +89,27 @@ class HFBackend(RegisteredBackend):
             torch.cuda.empty_cache()
 
 
+class ChosenLogprobs:
+    """A forward hook on the model that records each generated token's log-probability under the raw logits while
+    holding one step's distribution: generate's forward k receives the token chosen at step k - 1 (its last input
+    id), whose log-probability is read from the distribution kept from forward k - 1; `finish` reads the last."""
+
+    def __init__(self):
+        self.previous = None
+        self.steps: list = []
+
+    def __call__(self, module, args, kwargs, output):
+        import torch
+
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(-1, kwargs["input_ids"][:, -1:]).squeeze(-1))
+        self.previous = torch.log_softmax(output.logits[:, -1, :].float(), dim=-1)
+
+    def finish(self, new_ids):
+        """The (batch, generated tokens) log-probabilities of `new_ids`, the ids generate returned."""
+        import torch
+
+        if self.previous is None:
+            return torch.zeros(new_ids.shape, dtype=torch.float32)
+        steps = [*self.steps, self.previous.gather(-1, new_ids[:, -1:]).squeeze(-1)]
+        return torch.stack(steps, dim=1)[:, :new_ids.shape[1]]

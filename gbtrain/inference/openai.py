@@ -20,6 +20,7 @@ from gbtrain.inference.base import (
     SamplingOptions,
     convert_messages,
 )
+from gbtrain.inference.logprobs import Reply
 from gbtrain.text import redact, register_secret
 
 
@@ -108,8 +109,10 @@ class OpenAIBackend(RegisteredBackend):
         if sampling.json_schema is not None:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "grading", "schema": sampling.json_schema}}
+        if not self.openai_itself:  # vLLM and SGLang servers give them; OpenAI's reasoning models refuse the field
+            kwargs["logprobs"] = True
         resp = self.client.chat.completions.create(**kwargs, extra_body=extra)
-        return resp.choices[0].message.content or ""
+        return _reply(resp.choices[0])
 
     def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
         with ThreadPoolExecutor(self.concurrency) as pool:
@@ -119,3 +122,16 @@ class OpenAIBackend(RegisteredBackend):
         self.client.close()
 
 
+
+
+def _reply(choice) -> str:
+    """The reply, with its tokens' logprobs (a Reply) where the endpoint gave them and their texts spell the reply
+    (the offsets are their cumulative lengths); otherwise the plain text, which has no confidences."""
+    content = choice.message.content or ""
+    tokens = getattr(getattr(choice, "logprobs", None), "content", None) or []
+    if not tokens or "".join(t.token for t in tokens) != content:
+        return content
+    offsets = [0]
+    for t in tokens[:-1]:
+        offsets.append(offsets[-1] + len(t.token))
+    return Reply(content, [[o, round(float(t.logprob), 6)] for o, t in zip(offsets, tokens, strict=True)])

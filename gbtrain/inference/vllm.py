@@ -3,10 +3,12 @@ one call per engine process (the rank helpers below)."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 from gbtrain.coords import PixelBudget
 from gbtrain.inference.base import BackendOptions, RegisteredBackend, SamplingOptions, VLLMMemory, convert_messages
+from gbtrain.inference.logprobs import Reply, with_logprobs
 
 
 class VLLMBackend(RegisteredBackend):
@@ -61,14 +63,27 @@ class VLLMBackend(RegisteredBackend):
 
         return AutoTokenizer.from_pretrained(self.model)
 
+    @functools.cached_property
+    def _rank_tokenizer(self):
+        """The tokenizer that measures the replies of the data-parallel ranks (loaded once)."""
+        return self.tokenizer()
+
     def generate(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list:
         """vLLM's RequestOutputs (prompt token ids included) for a batch, in order."""
         if self.ranks:
             return _generate_on_ranks(self.ranks, conversations, sampling, self.chat_template_kwargs)
         return _generate(self.llm, conversations, sampling, self.chat_template_kwargs)
 
-    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[str]:
-        return [o.outputs[0].text for o in self.generate(conversations, sampling)]
+    def chat(self, conversations: list[list[dict]], sampling: SamplingOptions) -> list[Reply]:
+        """The replies with their sampled tokens' logprobs (vLLM's raw logprobs, before penalties)."""
+        tok = self.llm.get_tokenizer() if self.llm is not None else self._rank_tokenizer
+        replies = []
+        for o in self.generate(conversations, sampling):
+            c = o.outputs[0]
+            lps = [step[t].logprob for t, step in zip(c.token_ids, c.logprobs or [], strict=False)]
+            replies.append(with_logprobs(c.text, tok, list(c.token_ids), lps) if len(lps) == len(c.token_ids)
+                           else c.text)
+        return replies
 
     def close(self) -> None:
         """Stop the engine(s) and give the memory back (before a judge model starts in the same process)."""
@@ -93,7 +108,7 @@ def _generate(llm, conversations: list[list[dict]], sampling: SamplingOptions, c
 
     kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=0.0,
                   presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=sampling.repetition_penalty,
-                  max_tokens=sampling.max_tokens)
+                  max_tokens=sampling.max_tokens, logprobs=0)  # 0: the sampled token's logprob only
     if sampling.json_schema is not None:
         from vllm.sampling_params import StructuredOutputsParams
 

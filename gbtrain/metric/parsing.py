@@ -385,6 +385,8 @@ class PredictedItem:
     correctness: bool | None
     raw: dict
     score: object = None  # the raw value of its score key (None: no score given), read by parse_points
+    confidence: float | None = None  # of its judgment, from the reply's logprobs (metric.confidence.annotate)
+    box_confidence: float | None = None  # of its box, the same way
 
 
 def normalize_items(items: list[dict]) -> list[PredictedItem]:

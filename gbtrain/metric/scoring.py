@@ -24,7 +24,7 @@ from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.inference.base import VLLMMemory
-from gbtrain.metric import intervals, judges, parsing, points
+from gbtrain.metric import confidence, intervals, judges, parsing, points, selective
 from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes
 from gbtrain.metric.judges import normalize_text
 from gbtrain.metric.points import PointsFlags, PointsOptions
@@ -68,6 +68,7 @@ class Predictions:
     duplicates: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # id -> why no reply was generated (the evaluator's)
     turns: dict[str, list[str]] = field(default_factory=dict)  # id -> a three-turn record's raw turns
+    logprobs: dict[str, list] = field(default_factory=dict)  # id -> [char offset, logprob] per generated token
 
 
 def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predictions:
@@ -76,6 +77,7 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
     responses: dict[str, str] = {}
     errors: dict[str, str] = {}
     turns: dict[str, list[str]] = {}
+    logprobs: dict[str, list] = {}
     dups: list[str] = []
     # A byte that is not UTF-8 (a model's broken output) becomes U+FFFD instead of stopping the read; a BOM
     # (a file saved by a Windows editor) is dropped.
@@ -102,11 +104,15 @@ def read_predictions(path: str | Path, allow_duplicates: bool = False) -> Predic
                 errors[rid] = str(row["error"])[:300]
             if isinstance(row.get("turns"), list):
                 turns[rid] = [str(t) for t in row["turns"]]
+            if isinstance(row.get("logprobs"), list):  # older lines have none: their items get no confidence
+                logprobs[rid] = row["logprobs"]
+            else:
+                logprobs.pop(rid, None)
     if dups and not allow_duplicates:
         shown = ", ".join(sorted(set(dups))[:20])
         raise PredictionsError(f"{path}: {len(set(dups))} duplicated id(s): {shown} (use --allow-duplicates to keep "
                                f"the last line of each)")
-    return Predictions(responses, sorted(set(dups)), errors, turns)
+    return Predictions(responses, sorted(set(dups)), errors, turns, logprobs)
 
 
 def cer(prediction: str, reference: str) -> float:
@@ -192,6 +198,7 @@ class GroupOutcome:
     accurate: bool = False
     cer: float | None = None
     judged: bool | None = None  # the model's judgment, when it reached step 6 with a valid one
+    confidence: float | None = None  # the matched item's judgment confidence (docs/metric.md#confidences)
     unverifiable: bool = False  # answer-free, no reference: the answer gate was skipped
     excluded: bool = False
 
@@ -228,6 +235,19 @@ def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]],
         rec = tp / n_groups if n_groups else 0.0
         ap[f"{t:.2f}"] = round(p * rec, _ROUND)
     return round(100 * sum(ap.values()) / len(ap), 4), ap
+
+
+def ranked_map(ranked: list[tuple[float | None, int, int, list[float]]], n_groups: int) -> dict:
+    """mAP@[0.2:0.5] the standard way, in [0, 100]: every valid box ranked by its box confidence, 101-point
+    interpolated AP per IoU threshold (docs/metric.md#confidences). Null, with why, when a box has no confidence."""
+    without = sum(conf is None for conf, *_ in ranked)
+    if not ranked or without:
+        why = confidence.NO_CONFIDENCES if without == len(ranked) else \
+            f"{without} of {len(ranked)} boxes without a confidence: one-point mAP only"
+        return {"value": None, "ap_by_iou": None, "undefined": why}
+    ap = {f"{t:.2f}": round(confidence.interpolated_ap(confidence.ranked_hits(ranked, t), n_groups), _ROUND)
+          for t in IOU_THRESHOLDS}
+    return {"value": round(100 * sum(ap.values()) / len(ap), 4), "ap_by_iou": ap, "undefined": None}
 
 
 def _points(g: GradedSetting) -> dict | None:
@@ -283,6 +303,8 @@ class GradedSetting:
     unparsable: list[str] = field(default_factory=list)
     parse_reasons: Counter = field(default_factory=Counter)
     no_valid_box: int = 0
+    # (box confidence or None, record index, item index, IoU with each group of its record) of every valid box
+    ranked: list[tuple[float | None, int, int, list[float]]] = field(default_factory=list)
 
     @cached_property
     def counted(self) -> list[GroupOutcome]:
@@ -344,9 +366,13 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
         g.parse_reasons[parsed.reason] += 1
         if not parsed.items:
             g.unparsable.append(r.record_id)
-    items = item_boxes(parsing.normalize_items(parsed.items), r, g.opts)
+    normalized = parsing.normalize_items(parsed.items)
+    confidence.annotate(normalized, g.predictions.responses[r.record_id], g.predictions.logprobs.get(r.record_id))
+    items = item_boxes(normalized, r, g.opts)
     g.no_valid_box += sum(ib.box is None for ib in items)
     g.boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
+    g.ranked += [(ib.item.box_confidence, len(g.boxes_by_record) - 1, i, [ib.box.iou(grp.box) for grp in r.groups])
+                 for i, ib in enumerate(items) if ib.box is not None]
     pending = []
     matches = match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius)
     group_of = {i_idx: r.groups[g_idx].group_id for g_idx, i_idx in matches.items()}
@@ -356,6 +382,7 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
         grp, out, item = r.groups[g_idx], group_outcomes[g_idx], items[i_idx].item
         g.matched_items[(r.record_id, grp.group_id)] = item
         out.localized = True
+        out.confidence = item.confidence
         out.cer = round(cer(item.text, grp.hand), _ROUND)
         if out.cer >= CER_THRESHOLD:
             continue
@@ -397,6 +424,8 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "excluded_other_labels": lambda g: sum(o.excluded for o in g.outcomes),
     "map_20_50": lambda g: g.localization[0],
     "ap_by_iou": lambda g: g.localization[1],
+    "map_ranked": lambda g: ranked_map(g.ranked, sum(len(r.groups) for r in g.records)),
+    "selective": lambda g: selective.coverage_table(g.counted),
     "coverage": _coverage,
     "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
     "breakdown": lambda g: breakdown(g.counted),
