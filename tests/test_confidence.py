@@ -116,3 +116,14 @@ def test_coverage_accuracy_table_by_hand():
     assert rows[0.0] == (0.75, pytest.approx(2 / 3, abs=1e-6)) and rows[0.5] == (0.5, 0.5)
     assert rows[0.61] == (0.25, 1.0) and rows[0.95] == (0.0, None) and len(rows) == 101
     assert coverage_table(groups[3:])["undefined"] == "no confidences: every group goes to review"
+
+
+def test_a_reply_travels_to_another_process_whole():
+    """Three-turn conversations carry earlier replies to the data-parallel ranks' processes (pickled): a Reply that
+    could not be unpickled ended such a rank, and the run."""
+    import pickle
+
+    from gbtrain.inference.logprobs import Reply
+
+    back = pickle.loads(pickle.dumps(Reply('[{"correctness": true}]', [[0, -0.5], [2, -0.25]])))
+    assert isinstance(back, Reply) and back == '[{"correctness": true}]' and back.logprobs == [[0, -0.5], [2, -0.25]]

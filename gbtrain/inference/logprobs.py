@@ -13,6 +13,10 @@ class Reply(str):
         reply.logprobs = logprobs
         return reply
 
+    def __reduce__(self):
+        """Pickled whole: a three-turn conversation carries earlier replies to the data-parallel ranks' processes."""
+        return Reply, (str(self), self.logprobs)
+
 
 def token_offsets(tokenizer, ids: list[int], window: int = 8) -> list[int]:
     """Where each token's text starts in the decoded reply. A token's length is what decoding it adds to the

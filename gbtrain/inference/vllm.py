@@ -187,11 +187,16 @@ def _generate_on_ranks(ranks: list, conversations: list[list[dict]], sampling: S
             conn.send((part, sampling, chat_template_kwargs))
             busy.append((rank, conn))
     outputs = []
-    for rank, conn in busy:
-        status, result = _receive(conn, rank)
-        if status != "ok":
-            raise RuntimeError(f"vLLM data-parallel rank {rank}: {result}")
-        outputs += result
+    try:
+        for rank, conn in busy:
+            status, result = _receive(conn, rank)
+            if status != "ok":
+                raise RuntimeError(f"vLLM data-parallel rank {rank}: {result}")
+            outputs += result
+    except RuntimeError:  # the other ranks would wait for a request forever, and the exit for them
+        for _, proc in ranks:
+            proc.terminate()
+        raise
     return outputs
 
 
