@@ -285,6 +285,19 @@ def _points(value, key: str) -> float | None:
     return value
 
 
+def points_from_text(text: str) -> float:
+    """Points written as text (a tool's attribute, an answer key, a teacher's sheet): `7` stays an int, `7.5` a
+    float. A ValueError says "not a number" or "not a finite number"; each caller names where the text was."""
+    cleaned = text.strip()
+    try:
+        value = int(cleaned) if cleaned.lstrip("+-").isdigit() else float(cleaned)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
 def points_problem(full: float | None, score: float | None, second: float | None) -> str | None:
     """What is wrong with one answer's points, or None: full_score > 0, score and full_score both or neither
     (score_2 only beside them), each score within 0..full_score. The one rule: the reader and the converters

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from gbtrain import prompts
 from gbtrain.config import option, overlapping
 from gbtrain.coords import PixelBudget, aspect_problem
+from gbtrain.data.annotations import points_from_text
 from gbtrain.data.preview import COLORS, OTHER_COLOR, TEXT_CHARS
 from gbtrain.data.synth.fonts import draw_text
 from gbtrain.evaluation.engine import GRADING_SCHEMA, EvalOptions, Evaluator
@@ -260,9 +261,11 @@ def _full_score(qid: str, value) -> float | None:
     if text is None:
         return None
     try:
-        number = int(text) if text.strip().lstrip("+").isdigit() else float(text)
-    except ValueError:
-        raise ValueError(f"question {qid!r}: full_score {text!r:.40} is not a number") from None
+        number = points_from_text(text)
+    except ValueError as e:
+        if str(e) != "not a finite number":
+            raise ValueError(f"question {qid!r}: full_score {text!r:.40} is not a number") from None
+        number = math.nan
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"question {qid!r}: full_score {text!r:.40} must be a finite number above 0")
     return number

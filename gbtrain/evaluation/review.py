@@ -37,7 +37,7 @@ from xml.sax.saxutils import quoteattr
 from PIL import Image
 
 from gbtrain.config import option, overlapping
-from gbtrain.data.annotations import load_level, points_problem, write_level, write_manifest
+from gbtrain.data.annotations import load_level, points_from_text, points_problem, write_level, write_manifest
 from gbtrain.data.converters.labelstudio import read_task, submitted
 from gbtrain.data.converters.sources import rectangle
 from gbtrain.data.synth.generate import PageOutput, write_page
@@ -340,7 +340,7 @@ def _number(text: str | None, where: str, what: str) -> float | None:
     if cleaned.count(",") == 1 and "." not in cleaned:
         cleaned = cleaned.replace(",", ".")
     try:
-        value = float(cleaned)
+        value = float(points_from_text(cleaned))
     except ValueError:
         value = math.nan
     if not math.isfinite(value):

@@ -48,8 +48,8 @@ class HFBackend(RegisteredBackend):
         """Per conversation, the generated token ids (up to and including the stop token) and each one's
         log-probability under the model's raw logits (before the repetition penalty or temperature, as vLLM's
         default `raw_logprobs`), in float32. One step's distribution is kept at a time (ChosenLogprobs):
-        `output_logits` would keep every step's, batch x vocabulary x reply length (20 GB for 8 replies of 8,192
-        tokens of Qwen's 152k vocabulary)."""
+        `output_logits` would keep every step's, batch x vocabulary x reply length (by arithmetic, 8 replies x 8,192
+        tokens x Qwen's 152k vocabulary x 2 bytes = 20 GB)."""
         import torch
 
         # Every field set here, None = off: the checkpoint's generation_config.json fills nothing else.

@@ -16,14 +16,13 @@ question, `{page}_q{question}`, around its regions and answers with the generato
 from __future__ import annotations
 
 import io
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, points_problem
+from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, points_from_text, points_problem
 from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
 from gbtrain.data.converters.sources import IMAGE_SUFFIXES, SourceItem, SourcePage, image_names
 from gbtrain.data.synth.generate import L1_MARGIN
@@ -295,12 +294,9 @@ _POINT_TEXTS = ("rubric", "rubric_version", "comment", "arbitration")
 def _number(text: str, where: str) -> float:
     """A points value as the tool wrote it (tools store attributes as text): `7` stays an int, `7.5` a float."""
     try:
-        value = int(text) if text.lstrip("+-").isdigit() else float(text)
-    except ValueError:
-        raise _Unmappable(f"{where} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise _Unmappable(f"{where} {text!r} is not a finite number")
-    return value
+        return points_from_text(text)
+    except ValueError as e:
+        raise _Unmappable(f"{where} {text!r} is {e}") from None
 
 
 def _points(item: SourceItem, mark_id: str, m: ConvertMapping) -> dict:
