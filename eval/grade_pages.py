@@ -2,6 +2,7 @@
 
     python eval/grade_pages.py --model CKPT --pages DIR --out OUT [--answer-key KEY.yaml|KEY.json]
         [--backend vllm|hf|openai] [--coords ...] [--min-pixels N --max-pixels N] [--pdf-dpi 200]
+        [--review-threshold T | --target-accuracy A | --review-budget B]
 
 Every JPEG/PNG under DIR (recursively) and every page of every PDF is graded: answer-free by default, answer-based
 with an answer key (a mapping question id -> reference answer, or -> {answer, full_score, rubric, question_type}
@@ -12,6 +13,11 @@ OUT/summary.json. A rerun skips the pages already graded;
 one with other settings is refused (--overwrite regrades). An unreadable page (a truncated JPEG, a damaged PDF) is
 skipped with a warning and listed in summary.json; a page whose prompt does not fit --max-model-len or that an
 endpoint refuses is written with status "error". The next run tries both again.
+
+Each item carries the confidences of its judgment and box (from the reply's token logprobs). With a review
+threshold (--review-threshold, or by default the one eval/select_checkpoint.py chose on validation and recorded in
+the checkpoint; --target-accuracy / --review-budget choose anew from that recorded validation table), the items
+whose judgment confidence is below it, or that have none, are marked `review` for a teacher.
 """
 
 from __future__ import annotations
@@ -28,10 +34,18 @@ def main() -> None:
         summary = grade_pages(run)
     for bad in summary["unreadable"]:
         print(f"grade_pages: warning: {bad['error']} (skipped; the next run tries it again)", file=sys.stderr)
+    threshold = summary["review_threshold"]
+    if threshold and summary["without_confidence"]:
+        print(f"grade_pages: warning: {summary['without_confidence']} of {summary['items']} items have no judgment "
+              f"confidence (the backend gave no logprobs, or the item has no judgment): all are marked for review",
+              file=sys.stderr)
     print(f"graded {summary['graded_now']} pages now, {summary['pages']} in all: {summary['items']} items, "
           f"{summary['right']} judged right, {summary['wrong']} wrong, {summary['unjudged']} not judged; "
           f"{summary['unparsable']} unparsable replies, {summary['errors']} errors, "
           f"{len(summary['unreadable'])} unreadable pages skipped")
+    if threshold:
+        print(f"review: {summary['review']} of {summary['items']} items (judgment confidence below "
+              f"{threshold['threshold']:.2f}, from {threshold['source']})")
     print(f"tables: {run.out}/grades.csv, {run.out}/totals.csv; per page: {run.out}/pages, {run.out}/overlays")
 
 

@@ -7,9 +7,10 @@ the checkpoint's recorded coordinate convention and pixel budget, the same backe
 gbtrain.metric.scoring.item_boxes); the model's boxes come back in the page's own pixels.
 
     OUT/pages/<page>.json     per page: items (box in page pixels, transcription, answer, judgment, and points:
-                              the model's score of a question the answer key gives a full score), raw reply,
-                              parse status, totals (in points too)
-    OUT/overlays/<page>.png   the page with the items drawn
+                              the model's score of a question the answer key gives a full score; the judgment's
+                              and box's confidences, and whether the item goes to a teacher), raw reply, parse
+                              status, totals (in points too)
+    OUT/overlays/<page>.png   the page with the items drawn (those for review in their own colour)
     OUT/grades.csv            one row per item of every page; OUT/totals.csv one row per page; OUT/summary.json
     OUT/run.json              what made the folder; a rerun with other settings is refused (--overwrite redoes)
 
@@ -19,6 +20,11 @@ run. A page that cannot be read (a truncated JPEG, a damaged PDF) is skipped and
 warning), never marked done: one bad scan does not stop a folder of them, and the next run tries it again. So is
 a page graded with an error (its prompt did not fit --max-model-len, an endpoint refused it): it is written with
 status "error", counted, and tried again.
+
+Selective grading (docs/metric.md#selective-grading): each item's confidences come from the reply's token logprobs
+(gbtrain.metric.confidence, as the evaluator's); with a review threshold in force (--review-threshold, or the one
+eval/select_checkpoint.py chose on the validation split and recorded in the checkpoint, SELECTIVE_RECORD), an item
+whose judgment confidence is below it, or has none, is marked for review.
 """
 
 from __future__ import annotations
@@ -54,8 +60,17 @@ from gbtrain.evaluation.run import (
 from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.base import SamplingOptions, message
 from gbtrain.inference.registry import ModelOptions
+from gbtrain.metric import confidence
 from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_points, parse_response
 from gbtrain.metric.scoring import ScoreOptions, item_boxes
+from gbtrain.metric.selective import (
+    BUDGET_FLAG,
+    TARGET_FLAG,
+    SelectiveFlags,
+    choose_threshold,
+    needs_review,
+    rule_flag,
+)
 from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES, RIGHT, WRONG
 from gbtrain.text import csv_cell, redact, safe_name
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3, setting_name
@@ -75,12 +90,15 @@ BATCH_PIXELS = 300_000_000  # decoded pages held at once (1.2 GB at PIL's 4 byte
 QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
 KEY_FIELDS = ("answer", "full_score", "rubric", "question_type")  # what an answer key's question mapping may hold
 OUT_OF_RANGE = "outside 0..full_score"  # a model's score kept on its item but not counted in the page's points
+SELECTIVE_RECORD = "selective_threshold.json"  # in a checkpoint folder: the threshold chosen on validation
+REVIEW_COLOR = (150, 40, 200)  # an item for review on the overlays, apart from the judgments' colours
 
 
 @dataclass
-class GradeRun(ModelOptions):
-    """Everything one `eval/grade_pages.py` call needs: ModelOptions (how the model is asked) and these. Each
-    field is a flag of grade_pages.py (gbtrain.cli.add_options)."""
+class GradeRun(ModelOptions, SelectiveFlags):
+    """Everything one `eval/grade_pages.py` call needs: ModelOptions (how the model is asked), SelectiveFlags
+    (a threshold chosen anew from the validation table recorded in the checkpoint) and these. Each field is a flag
+    of grade_pages.py (gbtrain.cli.add_options)."""
 
     model: str = option(help="checkpoint folder or hub id (openai: the served model name)")
     pages: str = option(help="folder of page images (JPEG/PNG) and PDFs, searched recursively")
@@ -90,6 +108,9 @@ class GradeRun(ModelOptions):
     pdf_dpi: float = option(200, "resolution PDF pages are rendered at (36-600)")
     batch_size: int = option(16, "pages per backend call and written chunk (whole pages: keep it small)")
     overwrite: bool = option(False, "regrade every page instead of resuming")
+    review_threshold: float | None = option(None, "mark for review the items whose judgment confidence is below this "
+                                                  f"(0-1); default: the threshold in --model's {SELECTIVE_RECORD}, "
+                                                  "if any")
 
     @property
     def mode(self) -> str:
@@ -389,15 +410,20 @@ def item_score(raw, full: float | None) -> tuple[float | None, str | None]:
 
 
 def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBudget,
-               key: AnswerKey | None = None) -> tuple[list[dict], str | None]:
+               key: AnswerKey | None = None, logprobs: list | None = None,
+               threshold: float | None = None) -> tuple[list[dict], str | None]:
     """The items of a page's reply with their boxes in page pixels (clipped to the page; None without a valid
-    box), their points (item_score; the full score and type are the key's for the item's question), and why the
-    reply did not parse cleanly (parsing's reason; None when it did)."""
+    box), their points (item_score; the full score and type are the key's for the item's question), their
+    judgment's and box's confidences (from the reply's `logprobs`, as the evaluator's; None without them) and
+    whether each goes to a teacher under `threshold` (never without one), and why the reply did not parse cleanly
+    (parsing's reason; None when it did)."""
     parsed = parse_response(reply)
     opts = ScoreOptions(L3, ANSWER_BASED if key else ANSWER_FREE, coords, budget)
     questions = {q.qid: q for q in key or []}
+    normalized = normalize_items(parsed.items)
+    confidence.annotate(normalized, reply, logprobs)
     items = []
-    for ib in item_boxes(normalize_items(parsed.items), PageSize(width, height), opts):
+    for ib in item_boxes(normalized, PageSize(width, height), opts):
         it = ib.item
         box = None if ib.box is None else [round(v, 1) for v in ib.box.as_list()]
         qid = question_of(it, key)
@@ -408,15 +434,21 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
                       "answer": it.answer, "correctness": it.correctness, "score": score, "score_problem": problem,
                       "full_score": full, "rubric": question.rubric if question else None,
                       "reference": question.answer if question else None,
-                      "question_type": question.question_type if question else None})
+                      "question_type": question.question_type if question else None,
+                      "confidence": _rounded(it.confidence), "box_confidence": _rounded(it.box_confidence),
+                      "review": threshold is not None and needs_review(it.confidence, threshold)})
     return items, parsed.reason
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def page_totals(items: list[dict], status: str) -> dict:
     """A page's counts: items, judged right, judged wrong, not judged (no boolean judgment), whether the reply was
     unparsable (not read cleanly; the items before a cut are still counted), and its points: the model's scores of
     the items that answer a question with a full score (a flagged score counts 0) out of those questions' full
-    scores, each question once (None, None on a page without such items)."""
+    scores, each question once (None, None on a page without such items), and the items marked for review."""
     judged = [it["correctness"] for it in items]
     scored = [it for it in items if it.get("full_score") is not None]
     full = {it["question_id"]: it["full_score"] for it in scored}
@@ -424,19 +456,22 @@ def page_totals(items: list[dict], status: str) -> dict:
     return {"items": len(items), "right": judged.count(True), "wrong": judged.count(False),
             "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error")),
             "points": round(points, 6) if scored else None, "full_points": round(sum(full.values()), 6) if scored
-            else None}
+            else None, "review": sum(bool(it.get("review")) for it in items)}
 
 
-def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None) -> dict:
-    """A graded page as OUT/pages/<page>.json holds it. `reply` is an Evaluator.send_batch row: the model's text, or
-    an error (prompt too long for the context, an endpoint's refusal) with no text; status "error" then."""
-    items, reason = read_reply(reply["response"], page.width, page.height, coords, budget, key)
+def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None,
+                threshold: float | None = None) -> dict:
+    """A graded page as OUT/pages/<page>.json holds it. `reply` is an Evaluator.send_batch row: the model's text
+    (with its tokens' logprobs where the backend gave them), or an error (prompt too long for the context, an
+    endpoint's refusal) with no text; status "error" then. `threshold`: the review threshold in force, if any."""
+    items, reason = read_reply(reply["response"], page.width, page.height, coords, budget, key, reply.get("logprobs"),
+                               threshold)
     status = "error" if reply.get("error") else reason or "ok"
     p = page.page
     return {"page": p.name, "source": p.rel, "pdf_page": None if p.index is None else p.index + 1, "pdf_dpi": page.dpi,
             "width": page.width, "height": page.height, "mode": ANSWER_BASED if key else ANSWER_FREE,
-            "status": status, "error": reply.get("error"), "totals": page_totals(items, status), "items": items,
-            "response": str(reply["response"])}
+            "status": status, "error": reply.get("error"), "totals": page_totals(items, status),
+            "review_threshold": threshold, "items": items, "response": str(reply["response"])}
 
 
 # --------------------------------------------------------------------------------- drawing
@@ -445,8 +480,9 @@ def _cut(text: str) -> str:
 
 
 def draw_grades(image: Image.Image, items: list[dict]) -> Image.Image:
-    """The page with each item's box in the preview's colours (green judged right, red wrong, orange not judged),
-    labelled `question verdict` above and `"transcription" | answer` below."""
+    """The page with each item's box in the preview's colours (green judged right, red wrong, orange not judged;
+    an item for review in REVIEW_COLOR, `REVIEW` after its verdict), labelled `question verdict` above and
+    `"transcription" | answer` below."""
     img = image.convert("RGB")
     draw = ImageDraw.Draw(img)
     size = max(12, img.width // 70)
@@ -456,6 +492,8 @@ def draw_grades(image: Image.Image, items: list[dict]) -> Image.Image:
         verdict = {True: "right", False: "wrong"}.get(it["correctness"], "unjudged")
         color = COLORS[RIGHT] if it["correctness"] is True else COLORS[WRONG] if it["correctness"] is False \
             else OTHER_COLOR
+        if it.get("review"):
+            verdict, color = f"{verdict} REVIEW", REVIEW_COLOR
         x1, y1, _, y2 = it["box"]
         draw.rectangle(it["box"], outline=color, width=3)
         draw_text(draw, x1, max(size, y1 - 3), f"{it['question_id'] or '#' + str(it['index'] + 1)} {verdict}", size,
@@ -491,26 +529,30 @@ def is_graded(out: Path, page: Page) -> bool:
     return path.is_file() and read_page_file(path)["status"] != "error"
 
 
-def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None) -> dict:
+def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None, threshold: float | None = None) -> dict:
     """What makes a page's grades: the model and how it was asked (backend, coords, budget, prompt wording, answer
-    key, token limit, PDF resolution), and which folder. Batch sizes and parallelism change no reply."""
+    key, token limit, PDF resolution), which folder, and the review threshold that marked its items (a folder
+    graded before thresholds has none, as a run without one). Batch sizes and parallelism change no reply."""
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
     return {"tool": "grade_pages", "model": model, "backend": run.backend,
             "base_url": redact(run.base_url) if run.base_url else None, "coords": plan.coords,
             "min_pixels": plan.budget.min_pixels, "max_pixels": plan.budget.max_pixels,
             "prompt_hash": prompts.prompt_fingerprint(), "mode": run.mode, "answer_key_sha256": answer_key_hash(key),
             "max_tokens": run.max_tokens, "structured": run.structured, "pdf_dpi": run.pdf_dpi,
-            "pages": str(Path(run.pages).resolve())}
+            "pages": str(Path(run.pages).resolve()), "review_threshold": threshold}
 
 
 GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "score", "full_score", "x1", "y1",
-                 "x2", "y2", "status")
-TOTAL_COLUMNS = ("page", "status", "items", "right", "wrong", "unjudged", "unparsable", "points", "full_points")
+                 "x2", "y2", "confidence", "box_confidence", "review", "status")
+TOTAL_COLUMNS = ("page", "status", "items", "right", "wrong", "unjudged", "unparsable", "points", "full_points",
+                 "review")
 
 
-def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict) -> dict:
+def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict,
+                 threshold: dict | None = None) -> dict:
     """grades.csv, totals.csv and summary.json over every graded page of the folder (this run's and earlier
-    runs'), in page order; returns the summary."""
+    runs'), in page order; returns the summary. `threshold`: the review threshold in force and where it came
+    from (review_threshold)."""
     records = [read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
     # errors="backslashreplace": a lone surrogate (in a reply, or a file name's undecodable bytes) is written as its
     # escape, as write_atomic writes the page files
@@ -520,20 +562,25 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
         for r in records:
             for it in r["items"]:
                 box = it["box"] or ["", "", "", ""]
-                points = [table_value(it.get(k)) for k in ("score", "full_score")]  # none on pages graded before
+                # none on pages graded before points, or before confidences
+                points = [table_value(it.get(k)) for k in ("score", "full_score", "confidence", "box_confidence")]
                 w.writerow(map(csv_cell, [r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
                                           "" if it["correctness"] is None else str(it["correctness"]).lower(),
-                                          *points, *box, r["status"]]))
-    # pages graded before points have no points totals
-    per_page = [{"page": r["page"], "status": r["status"], "points": None, "full_points": None, **r["totals"]}
-                for r in records]
+                                          *points[:2], *box, *points[2:], str(bool(it.get("review"))).lower(),
+                                          r["status"]]))
+    # pages graded before points have no points totals, those before thresholds no review count
+    per_page = [{"page": r["page"], "status": r["status"], "points": None, "full_points": None, "review": 0,
+                 **r["totals"]} for r in records]
     with open(out / "totals.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
         w = csv.DictWriter(f, TOTAL_COLUMNS)
         w.writeheader()
         w.writerows({k: csv_cell(table_value(v)) for k, v in row.items()} for row in per_page)
     in_points = [t for t in per_page if t["full_points"] is not None]
+    items = [it for r in records for it in r["items"]]
     summary = {"run": identity, "pages": len(records),
-               **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable")},
+               **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable",
+                                                           "review")},
+               "review_threshold": threshold, "without_confidence": sum(it.get("confidence") is None for it in items),
                **{k: round(sum(t[k] for t in in_points), 6) if in_points else None for k in ("points", "full_points")},
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
                "per_page": per_page}
@@ -546,6 +593,68 @@ def table_value(value):
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     return "" if value is None else value
+
+
+# --------------------------------------------------------------------------------- the review threshold
+def read_selective_record(model: str | Path) -> dict | None:
+    """The record eval/select_checkpoint.py left in a checkpoint folder (gbtrain.evaluation.selection.
+    record_threshold): per L3 setting, the threshold it chose on validation and that evaluation's coverage-accuracy
+    table; None when the folder has none."""
+    path = Path(model) / SELECTIVE_RECORD
+    if not Path(model).is_dir() or not path.is_file():
+        return None
+    try:
+        record = read_json(path)
+        ok = isinstance(record["rule"], dict) and all(isinstance(v, dict) and "threshold" in v and "table" in v
+                                                      for v in record["settings"].values())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{path}: not a threshold record of select_checkpoint: delete it, or record one anew "
+                         f"(select_checkpoint --copy-best with {TARGET_FLAG} or {BUDGET_FLAG})")
+    return record
+
+
+def review_threshold(run: GradeRun) -> dict | None:
+    """The review threshold in force and where it comes from ({"threshold", "source", ...}), or None. In order:
+    --review-threshold; --target-accuracy or --review-budget, chosen (selective.choose_threshold) from the
+    validation table recorded in --model for this run's setting (L3, its mode); else the threshold recorded
+    there, the one select_checkpoint chose; else none."""
+    rule = run.selective_rule()
+    if run.review_threshold is not None:
+        if rule:
+            raise ValueError(f"--review-threshold and {rule_flag(rule)}: give one (a threshold, or "
+                             f"a rule to choose one from the checkpoint's validation table)")
+        if not 0 <= run.review_threshold <= 1:  # NaN too
+            raise ValueError(f"--review-threshold {run.review_threshold}: give a judgment confidence from 0 to 1, "
+                             f"e.g. 0.8")
+        return {"threshold": run.review_threshold, "source": "--review-threshold"}
+    record = read_selective_record(run.model)
+    path = Path(run.model) / SELECTIVE_RECORD
+    if record is None:
+        if rule:
+            raise ValueError(f"{rule_flag(rule)}: --model {run.model} holds no {SELECTIVE_RECORD} "
+                             f"(the validation table select_checkpoint records with --copy-best and {TARGET_FLAG} or "
+                             f"{BUDGET_FLAG}): record one, or give --review-threshold")
+        return None
+    setting = setting_name(L3, run.mode)
+    chosen = record["settings"].get(setting)
+    if chosen is None:
+        raise ValueError(f"{path}: no threshold for {setting} (it has {', '.join(record['settings']) or 'none'}), "
+                         f"the setting {run.mode} pages are graded in: rerun select_checkpoint with {setting} in "
+                         f"--settings, or give --review-threshold")
+    if rule:
+        try:
+            picked = choose_threshold(chosen["table"], rule)
+        except ValueError as e:
+            raise ValueError(f"{path}, {setting}: {e}") from None
+    elif chosen["threshold"] is None:
+        raise ValueError(f"{path}: select_checkpoint chose no threshold for {setting} ({chosen.get('problem')}): "
+                         f"give {TARGET_FLAG}, {BUDGET_FLAG} or --review-threshold")
+    else:
+        picked, rule = {k: chosen[k] for k in ("threshold", "coverage", "accuracy", "review_share")}, record["rule"]
+    return {**picked, "source": str(path.resolve()), "setting": setting, "rule": rule,
+            "evaluation": record.get("evaluation")}
 
 
 # --------------------------------------------------------------------------------- the run
@@ -572,24 +681,26 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
     folder is then held for the whole run."""
     folder = check_grade_run(run)
     key = load_answer_key(run.answer_key) if run.answer_key else None
+    threshold = review_threshold(run)
+    limit = None if threshold is None else threshold["threshold"]
     plan = plan_run(run.as_eval_run())
     pages, unreadable = find_pages(folder)
     if not pages and not unreadable:
         raise ValueError(f"{folder}: no pages (JPEG, PNG or PDF files)")
     out = Path(run.out)
     with FolderLock(out):
-        identity = grading_identity(run, plan, key)
+        identity = grading_identity(run, plan, key, limit)
         claim_output_folder(out, identity, run.overwrite, work=(RESULTS, OVERLAYS), discard=True)  # before any model
         todo = [p for p in pages if not is_graded(out, p)]
-        failed = _grade(run, plan, key, todo, out, progress) if todo else []
-        summary = write_tables(out, pages, unreadable + failed, identity)
+        failed = _grade(run, plan, key, limit, todo, out, progress) if todo else []
+        summary = write_tables(out, pages, unreadable + failed, identity, threshold)
     if not summary["pages"]:
         raise ValueError(f"{folder}: no page could be graded ({len(summary['unreadable'])} unreadable, each named in "
                          f"{out / 'summary.json'})")
     return summary | {"graded_now": len(todo) - len(failed)}
 
 
-def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, todo: list[Page], out: Path,
+def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, threshold: float | None, todo: list[Page], out: Path,
            progress: bool) -> list[dict]:
     """Grade `todo` batch by batch on the run's backend; returns the pages that could not be read. Replies go
     through the evaluator's sender, so a prompt that cannot fit the context, or an endpoint's refusal of one page,
@@ -606,7 +717,7 @@ def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, todo: list[Page]
         for loaded in _batches(todo, run.batch_size, run.pdf_dpi, failed, bar):
             replies = sender.send_batch([[message(text, lp.image)] for lp in loaded], [text] * len(loaded), loaded)
             for lp, reply in zip(loaded, replies, strict=True):
-                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key))
+                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key, threshold))
     finally:
         bar.close()
         backend.close()

@@ -288,7 +288,7 @@ def run_page(out: str | Path, report: dict, groups: dict[str, list[dict]]) -> st
     out = Path(out)
     bar, cards = _records(out, report, groups)
     body = (markdown_html(markdown(report))
-            + "<h2>Plots</h2>" + _plots(out, ("settings.png", "funnel.png"))
+            + "<h2>Plots</h2>" + _plots(out, ("settings.png", "funnel.png", "selective.png"))
             + "<h2>Funnels per setting</h2>" + _funnels(report, groups) + _breakdowns(report)
             + f'<h2 id="records">Records</h2>{bar}<div id="cards">{cards}</div>')
     return _page(f"Evaluation: {report['meta'].get('model')}", body,

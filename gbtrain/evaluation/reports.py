@@ -22,6 +22,7 @@ from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
 GATES = ("localized", "recognized", "reasoned", "accuracy")
 OUTCOMES_FILE = "outcomes.jsonl"  # beside report.json: each setting's per-page outcomes, what compare pairs
 INTERVALS_DOC = "docs/metric.md#intervals-and-paired-gains"
+SELECTIVE_SHOWN = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)  # report.md's thresholds; report.json has all 101
 
 
 @dataclass
@@ -184,6 +185,7 @@ def markdown(report: dict) -> str:
                      + f" | {s['fn']} | {s['fp']} | {c['missing']} | {c['unparsable']} |")
     lines += interval_notes(settings)
     lines += ranked_map_notes(settings)
+    lines += selective_table(settings)
     lines += points_table(settings)
     if report["three_turn"]:
         lines += ["", "## Three-turn vs single-turn (accuracy %)", "", "| setting | single | three-turn |",
@@ -199,6 +201,27 @@ def markdown(report: dict) -> str:
                   f"{_fmt(d['reasoning_accuracy']['answer-free'])}%, answer-based "
                   f"{_fmt(d['reasoning_accuracy']['answer-based'])}%"]
     return "\n".join(lines) + "\n"
+
+
+def selective_table(settings: dict[str, dict]) -> list[str]:
+    """The Markdown lines of the coverage-accuracy tables (docs/metric.md#selective-grading) at SELECTIVE_SHOWN,
+    one row per setting: `coverage / accuracy` in %; none for a report from before confidences."""
+    tables = {name: s["selective"] for name, s in sorted(settings.items()) if s.get("selective")}
+    if not tables:
+        return []
+    lines = ["", "## Selective grading (docs/metric.md#selective-grading)", "",
+             "Share of groups graded automatically (judgment confidence ≥ threshold) / accuracy of those, in %; the "
+             "rest go to a teacher. Every threshold: report.json `selective`; plot: plots/selective.png.", "",
+             "| setting | " + " | ".join(f"≥ {t:.2f}" for t in SELECTIVE_SHOWN) + " |",
+             "|---|" + "---:|" * len(SELECTIVE_SHOWN)]
+    for name, table in tables.items():
+        if not table["rows"]:
+            lines.append(f"| {name} | " + " | ".join("–" for _ in SELECTIVE_SHOWN) + " |")
+            continue
+        rows = {r["threshold"]: r for r in table["rows"]}
+        lines.append(f"| {name} | " + " | ".join(f"{_fmt(rows[t]['coverage'])} / {_fmt(rows[t]['accuracy'])}"
+                                                 for t in SELECTIVE_SHOWN) + " |")
+    return lines + [f"{name}: {t['undefined']}." for name, t in tables.items() if not t["rows"]]
 
 
 def kappa_text(k: dict) -> str:
@@ -254,7 +277,31 @@ def plots(report: dict, out_dir: Path) -> list[Path]:
     paths.append(out_dir / "funnel.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
+    curves = {n: report["settings"][n]["selective"]["rows"] for n in names
+              if (report["settings"][n].get("selective") or {}).get("rows")}
+    if curves:
+        paths.append(selective_plot(curves, out_dir / "selective.png"))
     return paths
+
+
+def selective_plot(curves: dict[str, list[dict]], path: Path) -> Path:
+    """Selective grading per setting: the accuracy of the groups graded automatically against the share sent to a
+    teacher, one point per confidence threshold (those that leave some group to the model)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, rows in curves.items():
+        kept = [r for r in rows if r["accuracy"] is not None]
+        ax.plot([100 * (1 - r["coverage"]) for r in kept], [100 * r["accuracy"] for r in kept], marker=".",
+                label=name)
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("% of groups sent to review")
+    ax.set_ylabel("accuracy % of the rest")
+    ax.set_title("Selective grading (confidence threshold 0 to 1)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 OUTCOMES = {"loc": "not localized", "cer": "CER ≥ 0.7", "ans": "answer wrong", "judg": "judgment wrong",

@@ -14,6 +14,9 @@ and a LoRA run also trains the merger fully, which a vLLM LoRA adapter cannot ca
     OUT/<checkpoint>/          one evaluation run folder per checkpoint (predictions/, report.json, report.md, ...)
     OUT/merged/<checkpoint>/   a LoRA checkpoint merged into its base (deleted after scoring with keep_merged false)
     OUT/selection.csv, .md, .png, .json   the table by step, the plot, the best checkpoint and the failures
+    OUT/selective_threshold.json          with --target-accuracy or --review-budget: the review threshold chosen
+                                          on the best checkpoint's evaluation per L3 setting, also written into
+                                          the --copy-best folder, where eval/grade_pages.py applies it
 
 A checkpoint whose folder holds a report.json is not evaluated again, so a rerun resumes (and, after the training
 continued, scores only the new checkpoints). A checkpoint that cannot be evaluated (no weights, damaged weights, a
@@ -51,13 +54,16 @@ from gbtrain.data.sft_dataset import (
     split_of,
 )
 from gbtrain.evaluation.engine import parse_settings
+from gbtrain.evaluation.grading import SELECTIVE_RECORD
 from gbtrain.evaluation.run import EvalRun, FolderLock, check_run, claim_output_folder, evaluate_checkpoint
-from gbtrain.files import read_json
+from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_from_spec, judge_usage
+from gbtrain.metric.selective import SelectiveFlags, choose_threshold, rule_flag
 from gbtrain.schema import Record
 from gbtrain.text import markdown_text, redact
 from gbtrain.train.checkpoints import RUN_RECORD, checkpoint_problem, is_trainer_name
+from gbtrain.vocabulary import L3
 
 SELECTION_RECORD = "selection_run.json"
 SPLITS = ("validation", "test", "all")
@@ -73,10 +79,10 @@ _EVAL_FOLDER = re.compile(r"(checkpoint|final)-\d+")
 
 
 @dataclass
-class SelectRun(ModelOptions):
+class SelectRun(ModelOptions, SelectiveFlags):
     """Everything one `eval/select_checkpoint.py` call needs: ModelOptions (how each checkpoint is asked; coords,
-    pixels and the L2 margin default to the run's record) and these. Each field is a flag of select_checkpoint.py
-    (gbtrain.cli.add_options)."""
+    pixels and the L2 margin default to the run's record), SelectiveFlags (the review threshold chosen on the best
+    checkpoint's evaluation) and these. Each field is a flag of select_checkpoint.py (gbtrain.cli.add_options)."""
 
     run: str = option(help="training output_dir (recipes/sft_qwen.py output_dir=...)")
     data: str = option(help="GradingBench-layout folder (the training set's source)")
@@ -386,6 +392,14 @@ def markdown(summary: dict) -> str:
         lines.append(f"Best: **{best['checkpoint']}** (step {best['step']}): mean accuracy "
                      f"{_pct(best['mean_accuracy'])}%, mean mAP {best['mean_map']:.2f}; folder "
                      f"`{markdown_text(best['path'])}`.")
+    chosen = summary.get("selective")
+    if chosen:
+        lines += ["", f"Review threshold ({_rule_text(chosen['rule'])}), chosen on {markdown_text(chosen['split'])} "
+                      f"with {markdown_text(chosen['checkpoint'])}:", ""]
+        lines += [f"- {name}: " + (f"{c['threshold']:.2f} (coverage {_pct(c['coverage'])}%, accuracy "
+                                   f"{_pct(c['accuracy'])}%)" if c["threshold"] is not None
+                                   else f"none: {markdown_text(c['problem'])}")
+                  for name, c in chosen["settings"].items()]
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         lines += ["", "Not evaluated (the next run tries again):", ""]
@@ -393,6 +407,12 @@ def markdown(summary: dict) -> str:
     if summary["notes"]:
         lines += ["", "Notes:", ""] + [f"- {markdown_text(n)}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _rule_text(rule: dict) -> str:
+    """A selective rule as the table's note says it: `target accuracy 95%` or `review budget 20%`."""
+    (key, value), = rule.items()
+    return f"{key.replace('_', ' ')} {_pct(value)}%"
 
 
 def _loss(value: float | None) -> str:
@@ -482,7 +502,11 @@ def check_select_run(sel: SelectRun) -> None:
         raise ValueError(f"--coords {sel.coords!r}: unknown coordinate convention; choose one of "
                          f"{', '.join(CONVENTIONS)}")
     check_run(replace(_eval_template(sel, None), out=sel.out))
-    parse_settings(sel.settings)
+    settings = [s.name for s in parse_settings(sel.settings)]
+    rule = sel.selective_rule()
+    if rule and not threshold_settings(settings):
+        raise ValueError(f"{rule_flag(rule)}: --settings {sel.settings} has no L3 setting, the "
+                         f"whole pages grade_pages grades: add L3-af or L3-ab")
     judge_from_spec(sel.judge)  # a bad spec would fail each checkpoint's evaluation (an LLM judge starts later)
 
 
@@ -579,12 +603,19 @@ def _select(sel: SelectRun, out: Path, candidates: list[Checkpoint], notes: list
     summary = {"identity": identity, "settings": settings, "metric": sel.metric, "rows": rows,
                "best": None, "evaluated_now": evaluated_now, "failed": [r["checkpoint"] for r in rows
                                                                         if r["status"] != "ok"],
-               "notes": notes, "merged_kept": sel.keep_merged, "copied_to": None}
+               "notes": notes, "merged_kept": sel.keep_merged, "copied_to": None, "selective": None}
     if best:
         c = by_name[best["checkpoint"]]
         summary["best"] = {**{k: best[k] for k in ("checkpoint", "step", "kind", "mean_accuracy", "mean_map",
                                                     "eval_loss")}, "path": str(c.path),
                            "evaluation": str(out / c.name)}
+    rule = sel.selective_rule()
+    if best and rule:
+        c = by_name[best["checkpoint"]]
+        chosen = record_threshold(c, out / c.name / "report.json", sel.split, rule, threshold_settings(settings))
+        write_atomic(out / SELECTIVE_RECORD, json.dumps(chosen, indent=1) + "\n")
+        summary["selective"] = {**chosen, "settings": {name: {k: v for k, v in entry.items() if k != "table"}
+                                                       for name, entry in chosen["settings"].items()}}
     write_csv(rows, settings, out / "selection.csv")
     plot(rows, settings, best, out / "selection.png")
     (out / "selection.md").write_text(markdown(summary), encoding="utf-8")
@@ -596,8 +627,37 @@ def _select(sel: SelectRun, out: Path, candidates: list[Checkpoint], notes: list
         c = by_name[best["checkpoint"]]
         summary["copied_to"] = str(copy_best(c, Path(sel.copy_best), out / "merged" / c.name, base, record,
                                              sel.allow_other_base))
+        if rule:  # where grade_pages reads it
+            shutil.copyfile(out / SELECTIVE_RECORD, Path(sel.copy_best) / SELECTIVE_RECORD)
     _write_json(summary, out)
     return summary
+
+
+def threshold_settings(settings: list[str]) -> list[str]:
+    """The settings a review threshold is chosen for: the single-turn L3 ones, as grade_pages asks whole pages."""
+    return [s.name for s in parse_settings(",".join(settings)) if s.level == L3 and not s.three_turn]
+
+
+def record_threshold(c: Checkpoint, report_path: Path, split: str, rule: dict, settings: list[str]) -> dict:
+    """The review threshold `rule` asks for on each of `settings` of the checkpoint's evaluation, with that
+    setting's coverage-accuracy table (grade_pages chooses anew from it for another rule) or the reason none was
+    chosen: what SELECTIVE_RECORD holds."""
+    report = read_json(report_path)
+    chosen = {}
+    for name in settings:
+        table = report["settings"][name].get("selective")
+        entry = {"threshold": None, "coverage": None, "accuracy": None, "review_share": None, "problem": None,
+                 "table": table}
+        try:
+            if table is None:  # an evaluation scored before confidences, kept by a rerun
+                raise ValueError(f"{report_path} has no coverage-accuracy table (scored before confidences): "
+                                 f"rerun with --overwrite")
+            entry |= choose_threshold(table, rule)
+        except ValueError as e:
+            entry["problem"] = str(e)
+        chosen[name] = entry
+    return {"tool": "select_checkpoint", "checkpoint": c.name, "step": c.step, "split": split, "rule": rule,
+            "evaluation": str(report_path.resolve()), "settings": chosen}
 
 
 def _write_json(summary: dict, out: Path) -> None:
