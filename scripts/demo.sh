@@ -1,53 +1,71 @@
 #!/usr/bin/env bash
-# The whole recipe on a CPU, from nothing: environment, a tiny Qwen2.5-VL, synthetic exam pages, SFT
-# conversations, base-model evaluation (vLLM), fine-tuning through `accelerate launch`, evaluation of the
-# fine-tuned checkpoint, the gains, and how much of the fine-tuned model's skill comes from the pixels (its loss
-# with real vs. blank images).
-#   scripts/demo.sh [OUT_DIR]          about 12 minutes from a fresh clone (683 s measured): the benchmark's page
-#                                      mix at 64 image tokens, the six settings; the model learns the answer
-#                                      format, not to read (docs/demo.md)
-#   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; docs/demo.md): legible pages
-#                                      (--profile legible) at 324 image tokens, and a base model whose vision
-#                                      tower was first warmed up on handwriting (gbtrain.miniature.warmup), frozen in SFT
+# The whole recipe on a CPU, from nothing: environment, a tiny Qwen2.5-VL whose vision tower is first taught to read
+# the pages' handwriting, synthetic exam pages, SFT conversations, base-model evaluation (vLLM), fine-tuning through
+# `accelerate launch`, evaluation of the fine-tuned checkpoint, how much of its skill comes from the pixels (its
+# loss with real vs. blank images), and the gains.
+#   scripts/demo.sh [OUT_DIR]          about 15 minutes from a fresh clone (docs/demo.md): pages whose answers are
+#                                      choice letters and true/false marks (--profile marks) at 324 image tokens,
+#                                      the six settings
+#   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; docs/demo.md): numbers as well
+#                                      (--profile legible), a longer warm-up, 4.5 times the fine-tuning, and the
+#                                      three-turn decomposition
 # (default OUT_DIR runs/demo-<timestamp>). Sizes can be changed through the environment: DEMO_PAGES,
-# DEMO_CONVERSATIONS, DEMO_EVAL_RECORDS, DEMO_TRAIN_STEPS, DEMO_HIDDEN, DEMO_LAYERS, DEMO_COORDS,
-# DEMO_WARMUP_STEPS. On a GPU machine, GBTRAIN_VENV=<an environment with CUDA torch and the extras> makes the same
-# commands train and evaluate on the GPU (.venv is CPU-only).
+# DEMO_HELDOUT_PAGES, DEMO_CONVERSATIONS, DEMO_EVAL_RECORDS, DEMO_TRAIN_STEPS, DEMO_EVAL_EVERY, DEMO_HIDDEN,
+# DEMO_LAYERS, DEMO_COORDS, DEMO_WARMUP_STEPS, DEMO_MAX_TOKENS; DEMO_SMOKE=1 shrinks every count to a smoke
+# test's (tests/test_demo.py). Each stage's whole output is in OUT_DIR/logs/.
+# On a GPU machine, GBTRAIN_VENV=<an environment with CUDA torch and the extras> makes the same commands train and
+# evaluate on the GPU (.venv is CPU-only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FULL=false
 if [ "${1:-}" = "--full" ]; then FULL=true; shift; fi
 OUT=${1:-runs/demo-$(date +%Y%m%d-%H%M%S)}
+if [ "${DEMO_SMOKE:-0}" = 1 ]; then  # the same stages and code at the smallest counts that exercise them
+  : "${DEMO_PAGES:=8}" "${DEMO_HELDOUT_PAGES:=4}" "${DEMO_CONVERSATIONS:=60}" "${DEMO_TRAIN_STEPS:=4}"
+  : "${DEMO_WARMUP_STEPS:=4}" "${DEMO_EVAL_RECORDS:=2}" "${DEMO_EVAL_EVERY:=4}" "${DEMO_MAX_TOKENS:=32}"
+fi
 EVAL_RECORDS=${DEMO_EVAL_RECORDS:-16}
 HIDDEN=${DEMO_HIDDEN:-256}
-LAYERS=${DEMO_LAYERS:-4}
 MIN_PX=3136        # 56*56
+HELDOUT_PAGES=${DEMO_HELDOUT_PAGES:-24}
 # A model trained from random weights has no notion of an image's size in pixels, so the demo's targets
 # use 0-1000 coordinates relative to the image (the real recipe keeps Qwen2.5-VL's own qwen25 pixels).
 COORDS=${DEMO_COORDS:-rel1000}
+# A miniature trained from random weights cannot read handwriting; both profiles give it a vision tower first
+# taught to read the profile's handwriting (gbtrain.miniature.warmup), frozen with its merger during SFT
+# (docs/miniatures.md#a-tiny-model-that-can-see-the-vision-warm-up).
+TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true)
+MAX_PX=254016      # 324 * 28*28: a legible page's handwriting stays about one image token tall
 if $FULL; then
+  PROFILE=legible  # digits, angles, choice letters and ticks: 18 characters, answers of 1-3 of them
+  LAYERS=${DEMO_LAYERS:-4}
+  MAX_TOKENS=${DEMO_MAX_TOKENS:-384}
   PAGES=${DEMO_PAGES:-240}
   CONVERSATIONS=${DEMO_CONVERSATIONS:-2400}
   STEPS=${DEMO_TRAIN_STEPS:-1800}
-  EVAL_EVERY=300
+  WARMUP_STEPS=${DEMO_WARMUP_STEPS:-2000}
+  EVAL_EVERY=${DEMO_EVAL_EVERY:-300}
   THREE_TURN=(--three-turn)
-  MAX_PX=254016    # 324 * 28*28: a legible page's handwriting stays about one image token tall
-  PROFILE=legible
-  # A tower that reads 18 handwritten characters needs more width than the 64 of the plain miniature; it is
-  # trained before SFT (gbtrain.miniature.warmup) and frozen during it, with the language model at a rate that keeps it
-  MODEL_ARGS=(--vision-hidden 128 --vision-depth 3 --vision-warmup-steps "${DEMO_WARMUP_STEPS:-2000}")
-  TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true lr.llm=5e-4)
+  DATA_ARGS=()
+  TRAIN_ARGS+=(lr.llm=5e-4 packing=true pack_tokens=2048)
 else
-  PAGES=${DEMO_PAGES:-160}
+  PROFILE=marks    # choice letters and true/false marks: six characters, one per answer
+  # Two layers: a step costs 0.65 s instead of 0.72-1.0 s with four, and more steps read better in 15 minutes
+  # (docs/demo.md#how-the-default-demo-was-sized)
+  LAYERS=${DEMO_LAYERS:-2}
+  MAX_TOKENS=${DEMO_MAX_TOKENS:-256}  # a page's reply holds at most four short items
+  PAGES=${DEMO_PAGES:-120}
   CONVERSATIONS=${DEMO_CONVERSATIONS:-1200}
-  STEPS=${DEMO_TRAIN_STEPS:-420}
-  EVAL_EVERY=140
-  MAX_PX=50176     # 64 * 28*28: at most 64 image tokens per image keep CPU training fast
-  PROFILE=gradingbench
-  MODEL_ARGS=()
-  TRAIN_ARGS=()
-  THREE_TURN=()  # the three-turn decomposition takes 3.5x the six settings' generation time: --full runs it
+  STEPS=${DEMO_TRAIN_STEPS:-560}
+  WARMUP_STEPS=${DEMO_WARMUP_STEPS:-400}
+  EVAL_EVERY=${DEMO_EVAL_EVERY:-300}
+  THREE_TURN=()    # the three-turn decomposition (3.5x the six settings' generation time) is --full's,
+  DATA_ARGS=(mix.three_turn=0)  # and so are its training conversations
+  # Padded batches of 3 conversations grouped by length: on a CPU, sdpa computes a packed row's attention over the
+  # whole row, so unpacked batches train twice the tokens per second here (docs/demo.md)
+  TRAIN_ARGS+=(lr.llm=1e-3 packing=false per_device_batch_size=3)
 fi
+MODEL_ARGS=(--vision-hidden 128 --vision-depth 3 --vision-warmup-steps "$WARMUP_STEPS" --vision-profile "$PROFILE")
 mkdir -p "$OUT"
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }
 start=$(date +%s)
@@ -69,40 +87,59 @@ DEVICE=(--cpu)
 if $PY -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then DEVICE=(); fi
 # Optional, for speed and quiet (docs/evaluation.md#memory-and-environment); gbtrain sizes vLLM's memory itself.
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1
+export PYTHONUNBUFFERED=1  # each stage's lines reach the console as they come
 export VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 
-log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers)"
-$PY scripts/make_tiny_model.py --out "$OUT/base-model" --hidden "$HIDDEN" --layers "$LAYERS" "${MODEL_ARGS[@]}"
+# Each stage's whole output goes to $OUT/logs/<stage>.log; the console shows it without the libraries' warnings
+# (vLLM's FutureWarnings, NUMA and Triton notices, transformers' deprecations), and a failed stage's log tail.
+mkdir -p "$OUT/logs"
+NOISE='Warning|warnings\.warn\(|^  (if hasattr|wrapper = )|Triton not available|^\[transformers\]|^\s*$'
+stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the console shows of the output
+  local name=$1 shown=$2 status=0
+  shift 2
+  "$@" 2>&1 | tee "$OUT/logs/$name.log" | { grep --line-buffered -v -E "$NOISE" | grep --line-buffered -oE "$shown" \
+    | uniq || true; } || status=$?
+  if [ "$status" -ne 0 ]; then
+    tail -n 15 "$OUT/logs/$name.log" >&2
+    echo "[demo] the stage '$name' failed (exit $status); its whole output: $OUT/logs/$name.log" >&2
+    exit "$status"
+  fi
+}
 
-log "synthetic exam pages ($PROFILE): $PAGES for training, 24 held out (another seed)"
-$PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed 0 --profile "$PROFILE"
-$PY data_builders/synth_pages.py --out "$OUT/heldout" --pages 24 --seed 1 --profile "$PROFILE"
+log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers), its vision tower warmed up on $PROFILE handwriting ($WARMUP_STEPS steps)"
+stage model 'vision warm-up (step|done).*|tiny .* written to .*' $PY scripts/make_tiny_model.py \
+  --out "$OUT/base-model" --hidden "$HIDDEN" --layers "$LAYERS" "${MODEL_ARGS[@]}"
+
+log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held out (another seed)"
+stage pages '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed 0 --profile "$PROFILE"
+stage heldout '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/heldout" --pages "$HELDOUT_PAGES" --seed 1 \
+  --profile "$PROFILE"
 
 log "SFT conversations"
-$PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" --config configs/data/default.yaml \
-  target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX vision.max_pixels=$MAX_PX max_length=2048 \
-  tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05
+stage conversations '^wrote .*' $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" \
+  --config configs/data/default.yaml target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX \
+  vision.max_pixels=$MAX_PX max_length=2048 tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05 "${DATA_ARGS[@]}"
 
 EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all
-           "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens 384 --max-model-len 4096 --batch-size 64 --overlays 3)
+           "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens "$MAX_TOKENS" --max-model-len 4096 --batch-size 64 --overlays 3)
+BAR='L[123]-a[bf][^:]*: +100%[|][^|]*[|] *[0-9]+/[0-9]+ [[][^]]*[]]'  # each setting's finished progress bar
 log "evaluate the base model (six settings${THREE_TURN:+ + three-turn}, $EVAL_RECORDS held-out records per level)"
-$PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}" > "$OUT/eval-base.log"
+stage eval-base "$BAR" $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}"
 
-log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py)"
-$VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml \
-  model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" max_steps="$STEPS" \
-  max_length=2048 pack_tokens=2048 \
-  eval_steps=$EVAL_EVERY save_steps=$EVAL_EVERY logging_steps=25 limit_eval_samples=32 "${TRAIN_ARGS[@]}" 2>&1 \
-  | tee "$OUT/train.log" \
-  | grep -E "^\{|'loss'" || true
+log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py; the loss every 50 steps)"
+stage train "\{'(eval_)?loss'[^}]*\}" $VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py \
+  --config configs/sft/tiny_cpu.yaml model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" \
+  max_steps="$STEPS" max_length=2048 eval_steps="$EVAL_EVERY" save_steps="$EVAL_EVERY" \
+  logging_steps=50 limit_eval_samples=32 "${TRAIN_ARGS[@]}"
 test -f "$OUT/sft-model/train_summary.json"
 
 log "evaluate the fine-tuned model"
-$PY eval/run_eval.py --model "$OUT/sft-model" --out "$OUT/eval-sft" "${EVAL_ARGS[@]}" > "$OUT/eval-sft.log"
-
-log "gains"
-$PY eval/compare.py "$OUT/eval-base/report.json" "$OUT/eval-sft/report.json" --out "$OUT/gains.md"
+stage eval-sft "$BAR" $PY eval/run_eval.py --model "$OUT/sft-model" --out "$OUT/eval-sft" "${EVAL_ARGS[@]}"
 
 log "does the fine-tuned model look at the image? (loss on validation conversations, real vs. blank images)"
-$PY scripts/image_reliance.py --model "$OUT/sft-model" --data "$OUT/sft" 2>/dev/null | tee "$OUT/image_reliance.json"
-log "done in $(( $(date +%s) - start )) s: $OUT/gains.md, $OUT/eval-*/report.md, plots/ and overlays/"
+stage reliance '^\{.*' $PY scripts/image_reliance.py --model "$OUT/sft-model" --data "$OUT/sft"
+grep '^{' "$OUT/logs/reliance.log" > "$OUT/image_reliance.json"
+
+log "gains (base -> fine-tuned; $OUT/gains.md gives each gain's interval)"
+stage gains '.*' $PY eval/compare.py "$OUT/eval-base/report.json" "$OUT/eval-sft/report.json" --out "$OUT/gains.md"
+log "done in $(( $(date +%s) - start )) s: $OUT/gains.md, $OUT/eval-*/report.html (plots/, overlays/), logs in $OUT/logs"

@@ -122,6 +122,22 @@ def test_the_legible_profile_draws_large_elementary_mathematics():
     assert np.median(hand) * default_height / default.height < 10
 
 
+def test_the_marks_profile_answers_only_in_what_its_warm_up_teaches():
+    """The default demo's pages: choice and true/false questions only, so every handwritten answer is one of the
+    characters its vision warm-up teaches (CHARSETS["marks"]), at the legible profile's size."""
+    from gbtrain.data.synth.generate import CHARSETS, PROFILES
+
+    opts = PROFILES["marks"]
+    records = [generate_page(3, i, opts).l3 for i in range(12)]
+    marks = [m for r in records for m in r.marks]
+    assert {m.question_type for m in marks} == {"Multiple-choice", "True-False"}
+    assert all(len(r.marks) >= opts.min_answers for r in records)
+    written = {m.hand for m in marks if m.hand}
+    assert written and all(len(h) == 1 and h in CHARSETS["marks"] for h in written), written
+    assert opts.scale == PROFILES["legible"].scale
+    assert set(CHARSETS["marks"]) <= set(CHARSETS["legible"])
+
+
 @pytest.mark.parametrize("bad", [{"subjects": ()}, {"subjects": ("Music",)}, {"stages": ("College",)},
                                  {"question_types": ("Essay",)}, {"scale": 9.0}, {"min_answers": 0}])
 def test_synth_options_refuse_what_the_generator_cannot_draw(bad):

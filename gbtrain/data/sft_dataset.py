@@ -152,7 +152,9 @@ class LengthCounter:
             text = [sum(len(m["content"].encode()) for m in msgs) // 3 + 30 * len(msgs) for msgs in messages]
         else:
             text = []
-            for i in tqdm(range(0, len(messages), batch), desc="token lengths", leave=False):
+            # a bar only where counting takes a while (a dataset build, not an evaluation's setting)
+            for i in tqdm(range(0, len(messages), batch), desc="token lengths", leave=False,
+                          disable=len(messages) <= batch):
                 rendered = [self.tokenizer.apply_chat_template(with_image_placeholder(msgs), tokenize=False)
                             for msgs in messages[i:i + batch]]
                 enc = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]

@@ -26,6 +26,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from gbtrain.config import option
+from gbtrain.data.synth.generate import CHARSETS
 from gbtrain.families import FAMILIES, QWEN2_5_VL, QWEN3_VL, ModelFamily, family_named
 from gbtrain.miniature.warmup import WarmupOptions, warm_up_vision
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L2, LEVELS, MODES
@@ -248,6 +249,8 @@ class TinyModelRun:
     vision_warmup_steps: int = option(0, "train the vision tower and merger to read handwriting first "
                                          "(gbtrain.miniature.warmup; 2,000 steps with --vision-hidden 128 "
                                          "--vision-depth 3: about 10 minutes on 2 cores); 0 leaves random weights")
+    vision_profile: str = option("legible", "the synthetic profile whose handwriting the warm-up teaches "
+                                 "(gbtrain.data.synth.generate.CHARSETS)", choices=tuple(CHARSETS))
 
     def __post_init__(self):
         if min(self.hidden // 64, self.layers, self.vision_hidden // 32, self.vision_depth) < 1:

@@ -23,12 +23,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from PIL import Image
 
+from gbtrain.data.synth.generate import CHARSETS
 from gbtrain.families import family_of_config
 from gbtrain.schema import Box
 
-# What the legible profile's students write (gbtrain.data.synth.generate.PROFILES): numbers, angles, choice letters,
-# ticks.
-HANDWRITING_CHARSET = "0123456789-ABCD√×°"
+HANDWRITING_CHARSET = CHARSETS["legible"]  # numbers, angles, choice letters, ticks
 
 
 @dataclass(frozen=True)

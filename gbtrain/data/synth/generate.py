@@ -59,14 +59,21 @@ class SynthOptions:
                              f"{self.question_slots}")
 
 
-# Named generator settings. "legible" is the demo's: Elementary mathematics answered in digits, choice letters and
-# ticks, drawn 2.5 times larger on one column, so that a page shrunk to a few hundred image tokens (what a CPU can
-# train on) still shows each handwritten answer at least one token (28 px) tall.
+# Named generator settings. "legible" is `demo.sh --full`'s: Elementary mathematics answered in digits, choice
+# letters and ticks, drawn 2.5 times larger on one column, so that a page shrunk to a few hundred image tokens (what
+# a CPU can train on) still shows each handwritten answer at least one token (28 px) tall. "marks" is the default
+# demo's: the same pages with only choice and true/false questions, so every answer is one of six marks
+# (CHARSETS), which a miniature's vision tower learns to read in a short warm-up.
 PROFILES = {
     "gradingbench": SynthOptions(),
     "legible": SynthOptions(subjects=("Mathematics",), stages=("Elementary",), question_types=(FILL, CHOICE, TF),
                             scale=2.5, two_column_share=0.0, question_slots=4, min_answers=3),
+    "marks": SynthOptions(subjects=("Mathematics",), stages=("Elementary",), question_types=(CHOICE, TF),
+                          scale=2.5, two_column_share=0.0, question_slots=4, min_answers=2),
 }
+# What each reading profile's students write: the characters a miniature's vision warm-up teaches for it
+# (gbtrain.miniature.warmup)
+CHARSETS = {"legible": "0123456789-ABCD√×°", "marks": "ABCD√×"}
 
 
 @dataclass
@@ -77,7 +84,8 @@ class SynthRun:
     pages: int = option(700, "pages to generate")
     seed: int = option(0, "dataset seed (page i draws from its own generator seeded by seed and i)")
     profile: str = option("gradingbench", "generator settings (gbtrain.data.synth.generate.PROFILES): gradingbench "
-                          "(the benchmark's mix) or legible (large Elementary mathematics, for the CPU demo)")
+                          "(the benchmark's mix), legible (large Elementary mathematics, demo.sh --full) or marks "
+                          "(legible's choice and true/false questions only, the default demo)")
     wrong_share: float | None = option(None, "share of wrong answers (>= 0.10; default: the profile's, 0.30)")
     blank_share: float | None = option(None, "share of answers left blank (default: the profile's, 0.04)")
     points: bool = option(True, "give every answer its full score, the teacher's points and its type's rubric "

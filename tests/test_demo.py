@@ -1,0 +1,39 @@
+"""scripts/demo.sh end to end at smoke size (DEMO_SMOKE=1 shrinks its counts; the stages and code are the demo's):
+every artifact the README names is written, the gains table has the six settings, and the console stays short."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gbtrain.data.synth.generate import CHARSETS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
+    out = tmp_path / "demo"
+    env = {**os.environ, "DEMO_SMOKE": "1"}
+    done = subprocess.run(["scripts/demo.sh", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for artifact in ("gains.md", "eval-base/report.md", "eval-base/report.html", "eval-sft/report.md",
+                     "eval-sft/report.html", "eval-sft/report.json", "image_reliance.json",
+                     "sft-model/train_summary.json", "logs/train.log", "logs/eval-base.log", "logs/eval-sft.log"):
+        assert (out / artifact).is_file(), artifact
+    assert list((out / "eval-sft" / "overlays").glob("*.png")), "no overlays"
+    assert list((out / "eval-sft" / "plots").glob("*")), "no plots"
+    # the base model's vision tower was warmed up on what the default profile's students write
+    warmup = json.loads((out / "base-model" / "gbtrain_warmup.json").read_text(encoding="utf-8"))
+    assert warmup["options"]["charset"] == CHARSETS["marks"]
+    gains = (out / "gains.md").read_text(encoding="utf-8")
+    for setting in ("L1-ab", "L1-af", "L2-ab", "L2-af", "L3-ab", "L3-af"):
+        assert f"| {setting} |" in gains, setting
+    console = done.stdout + done.stderr
+    assert "Warning" not in console, console
+    assert console.count("\n") < 60, console
