@@ -98,7 +98,7 @@ stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the
   local name=$1 shown=$2 status=0
   shift 2
   "$@" 2>&1 | tee "$OUT/logs/$name.log" | { grep --line-buffered -v -E "$NOISE" | grep --line-buffered -oE "$shown" \
-    | uniq || true; } || status=$?
+    | awk '$0 != last { print; fflush(); last = $0 }' || true; } || status=$?
   if [ "$status" -ne 0 ]; then
     tail -n 15 "$OUT/logs/$name.log" >&2
     echo "[demo] the stage '$name' failed (exit $status); its whole output: $OUT/logs/$name.log" >&2
@@ -122,7 +122,7 @@ stage conversations '^wrote .*' $PY data_builders/build_sft.py --data "$OUT/page
 
 EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all
            "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens "$MAX_TOKENS" --max-model-len 4096 --batch-size 64 --overlays 3)
-BAR='L[123]-a[bf][^:]*: +100%[|][^|]*[|] *[0-9]+/[0-9]+ [[][^]]*[]]'  # each setting's finished progress bar
+BAR='L[123]-a[bf][^:]*: +100%[|][^|]*[|] *[0-9]+/[0-9]+'  # each setting's finished progress bar, once
 log "evaluate the base model (six settings${THREE_TURN:+ + three-turn}, $EVAL_RECORDS held-out records per level)"
 stage eval-base "$BAR" $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}"
 
