@@ -94,11 +94,18 @@ export VLLM_CACHE_ROOT="$OUT/.vllm-cache"
 # (vLLM's FutureWarnings, NUMA and Triton notices, transformers' deprecations), and a failed stage's log tail.
 mkdir -p "$OUT/logs"
 NOISE='Warning|warnings\.warn\(|^  (if hasattr|wrapper = )|Triton not available|^\[transformers\]|^\s*$'
+once() {  # each line as it comes, a repeated one once (tqdm prints a finished bar twice)
+  local line last=""
+  while IFS= read -r line; do
+    if [ "$line" != "$last" ]; then printf '%s\n' "$line"; fi
+    last=$line
+  done
+}
 stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the console shows of the output
   local name=$1 shown=$2 status=0
   shift 2
   "$@" 2>&1 | tee "$OUT/logs/$name.log" | { grep --line-buffered -v -E "$NOISE" | grep --line-buffered -oE "$shown" \
-    | awk '$0 != last { print; fflush(); last = $0 }' || true; } || status=$?
+    | once || true; } || status=$?
   if [ "$status" -ne 0 ]; then
     tail -n 15 "$OUT/logs/$name.log" >&2
     echo "[demo] the stage '$name' failed (exit $status); its whole output: $OUT/logs/$name.log" >&2
