@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -35,5 +36,10 @@ def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
     for setting in ("L1-ab", "L1-af", "L2-ab", "L2-af", "L3-ab", "L3-af"):
         assert f"| {setting} |" in gains, setting
     console = done.stdout + done.stderr
+    # the console hides what the logs keep: the training's progress bar and the libraries' notices
+    train_log = (out / "logs" / "train.log").read_text(encoding="utf-8")
+    progress = re.compile(r"(it/s|s/it)\]")
+    assert progress.search(train_log) and not progress.search(console), console
+    assert console.count("[demo ") >= 9 and "done in" in console
     assert "Warning" not in console, console
     assert console.count("\n") < 60, console

@@ -563,10 +563,11 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
             for it in r["items"]:
                 box = it["box"] or ["", "", "", ""]
                 # none on pages graded before points, or before confidences
-                points = [table_value(it.get(k)) for k in ("score", "full_score", "confidence", "box_confidence")]
+                points = [table_value(it.get(k)) for k in ("score", "full_score")]
+                confidences = [table_value(it.get(k)) for k in ("confidence", "box_confidence")]
                 w.writerow(map(csv_cell, [r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
                                           "" if it["correctness"] is None else str(it["correctness"]).lower(),
-                                          *points[:2], *box, *points[2:], str(bool(it.get("review"))).lower(),
+                                          *points, *box, *confidences, str(bool(it.get("review"))).lower(),
                                           r["status"]]))
     # pages graded before points have no points totals, those before thresholds no review count
     per_page = [{"page": r["page"], "status": r["status"], "points": None, "full_points": None, "review": 0,
