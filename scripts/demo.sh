@@ -113,14 +113,23 @@ stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the
   fi
 }
 
+# The pages are drawn beside the warm-up, which leaves part of the CPU idle while it draws its own crops
+log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held out (another seed), beside the model"
+(
+  stage pages '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed 0 \
+    --profile "$PROFILE"
+  stage heldout '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/heldout" --pages "$HELDOUT_PAGES" --seed 1 \
+    --profile "$PROFILE"
+) &
+pages_job=$!
+# a failed or interrupted model stage does not leave the pages being drawn
+trap 'pkill -P "$pages_job" 2>/dev/null; kill "$pages_job" 2>/dev/null || true' EXIT
+
 log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers), its vision tower warmed up on $PROFILE handwriting ($WARMUP_STEPS steps)"
 stage model 'vision warm-up (step|done).*|tiny .* written to .*' $PY scripts/make_tiny_model.py \
   --out "$OUT/base-model" --hidden "$HIDDEN" --layers "$LAYERS" "${MODEL_ARGS[@]}"
-
-log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held out (another seed)"
-stage pages '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed 0 --profile "$PROFILE"
-stage heldout '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/heldout" --pages "$HELDOUT_PAGES" --seed 1 \
-  --profile "$PROFILE"
+wait "$pages_job"  # its stage has said what failed; set -e stops here with its status
+trap - EXIT
 
 log "SFT conversations"
 stage conversations '^wrote .*' $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" \

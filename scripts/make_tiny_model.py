@@ -13,16 +13,14 @@ comes from gbtrain's configs, as it must for a real checkpoint.
 from __future__ import annotations
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.data.synth.generate import CHARSETS
 from gbtrain.miniature.tiny_model import TinyModelRun, make_tiny_model
-from gbtrain.miniature.warmup import WarmupOptions
+from gbtrain.miniature.warmup import warmup_for_profile
 
 
 def main() -> None:
     with user_errors("make_tiny_model"):
         run = parse_options(TinyModelRun, __doc__)
-        warmup = (WarmupOptions(steps=run.vision_warmup_steps, seed=run.seed,
-                                 charset=CHARSETS[run.vision_profile])
+        warmup = (warmup_for_profile(run.vision_profile, run.vision_warmup_steps, run.seed)
                   if run.vision_warmup_steps else None)
         path = make_tiny_model(run.out, seed=run.seed, hidden=run.hidden, layers=run.layers,
                                vision_hidden=run.vision_hidden, vision_depth=run.vision_depth, vision_warmup=warmup,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gbtrain.data.synth.generate import CHARSETS
+from gbtrain.miniature.warmup import warmup_for_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,9 @@ def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
     assert list((out / "eval-sft" / "plots").glob("*")), "no plots"
     # the base model's vision tower was warmed up on what the default profile's students write
     warmup = json.loads((out / "base-model" / "gbtrain_warmup.json").read_text(encoding="utf-8"))
-    assert warmup["options"]["charset"] == CHARSETS["marks"]
+    expected = warmup_for_profile("marks", steps=4)
+    assert warmup["options"]["charset"] == expected.charset
+    assert (warmup["options"]["crop_tokens"], warmup["options"]["glyph_px"]) == ([4, 3], [20, 72])
     gains = (out / "gains.md").read_text(encoding="utf-8")
     for setting in ("L1-ab", "L1-af", "L2-ab", "L2-af", "L3-ab", "L3-af"):
         assert f"| {setting} |" in gains, setting

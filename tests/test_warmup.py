@@ -7,8 +7,16 @@ import random
 import numpy as np
 import pytest
 
+from gbtrain.data.synth.generate import CHARSETS
 from gbtrain.families import FAMILIES, QWEN2_5_VL
-from gbtrain.miniature.warmup import WarmupOptions, _token_classes, _token_places, handwriting_crop
+from gbtrain.miniature.warmup import (
+    PROFILE_GEOMETRY,
+    WarmupOptions,
+    _token_classes,
+    _token_places,
+    handwriting_crop,
+    warmup_for_profile,
+)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -68,6 +76,23 @@ def test_token_targets_follow_the_mergers_raster_order(tiny_model_dir, budget):
         tokens = visual.merger(patches).reshape(2, 15, -1)
     moved = (tokens[0] - tokens[1]).norm(dim=-1)
     assert int(moved.argmax()) == int(np.argmax(marked))
+
+
+def test_each_profile_warms_up_on_its_own_characters_and_sizes():
+    """Every reading profile has a warm-up; the marks profile's crops are taller and its glyphs span the larger sizes
+    its question crops show, so that a large single mark fits inside a crop."""
+    assert PROFILE_GEOMETRY.keys() == CHARSETS.keys()
+    for profile, charset in CHARSETS.items():
+        opts = warmup_for_profile(profile, steps=7, seed=3)
+        assert (opts.charset, opts.steps, opts.seed) == (charset, 7, 3)
+    marks = warmup_for_profile("marks", steps=1)
+    assert marks.crop_tokens == (4, 3) and marks.glyph_px == (20, 72)
+    rng = random.Random(1)
+    crops = [handwriting_crop(rng, marks, QWEN2_5_VL.patch_factor) for _ in range(30)]
+    heights = [c.box.y2 - c.box.y1 for c in crops]
+    assert max(heights) > 40 and all(c.image.size == (112, 84) for c in crops)
+    with pytest.raises(ValueError, match="no handwriting profile 'gradingbench'"):
+        warmup_for_profile("gradingbench", steps=1)
 
 
 def test_options_are_checked():

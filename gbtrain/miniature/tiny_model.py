@@ -249,8 +249,9 @@ class TinyModelRun:
     vision_warmup_steps: int = option(0, "train the vision tower and merger to read handwriting first "
                                          "(gbtrain.miniature.warmup; 2,000 steps with --vision-hidden 128 "
                                          "--vision-depth 3: about 10 minutes on 2 cores); 0 leaves random weights")
-    vision_profile: str = option("legible", "the synthetic profile whose handwriting the warm-up teaches "
-                                 "(gbtrain.data.synth.generate.CHARSETS)", choices=tuple(CHARSETS))
+    vision_profile: str = option("legible", "the synthetic profile whose handwriting the warm-up teaches: its "
+                                 "characters and sizes (gbtrain.miniature.warmup.warmup_for_profile)",
+                                 choices=tuple(CHARSETS))
 
     def __post_init__(self):
         if min(self.hidden // 64, self.layers, self.vision_hidden // 32, self.vision_depth) < 1:

@@ -62,6 +62,22 @@ class WarmupOptions:
         return self.crop_tokens[0] * side, self.crop_tokens[1] * side
 
 
+# The crops and glyph sizes each synthetic profile's warm-up draws: what the model later sees of its pages'
+# handwriting. Measured ink heights at the demos' 324-token budget: legible pages' digits 28-40 px; the marks
+# profile's single marks 13-33 px on a page (L2, L3) but 31-77 px in a question crop (L1), which a 4x2-token crop
+# of 28-40 px glyphs never showed; its taller 4x3-token crops of 20-72 px glyphs read 4x more L1 answers
+# (docs/demo.md#how-the-default-demo-was-sized).
+PROFILE_GEOMETRY = {"legible": {"crop_tokens": (4, 2), "glyph_px": (28, 40)},
+                    "marks": {"crop_tokens": (4, 3), "glyph_px": (20, 72)}}
+
+
+def warmup_for_profile(profile: str, steps: int, seed: int = 0) -> WarmupOptions:
+    """The warm-up that teaches a tower to read `profile`'s handwriting (its characters, at its sizes)."""
+    if profile not in CHARSETS:
+        raise ValueError(f"no handwriting profile {profile!r}; one of {', '.join(CHARSETS)}")
+    return WarmupOptions(steps=steps, seed=seed, charset=CHARSETS[profile], **PROFILE_GEOMETRY[profile])
+
+
 @dataclass
 class Crop:
     image: Image.Image
