@@ -116,14 +116,9 @@ def read_outcomes(report_path: str | Path, report: dict) -> ReportOutcomes:
         raise ValueError(f"{path}: not an outcomes file of eval/run_eval.py ({e})") from None
 
 
-def _fmt(v, pct=True) -> str:
-    if v is None:
-        return "–"
-    return f"{100 * v:.1f}" if pct else f"{v:.1f}"
-
-
-def _ci(value, interval: list[float] | None, scale: float = 100, digits: int = 1) -> str:
-    """A figure with its 95% interval, `57.1 [48.3, 65.0]`; the figure alone where it has none."""
+def _ci(value, interval: list[float] | None = None, scale: float = 100, digits: int = 1) -> str:
+    """A figure (a rate in %, by default) with its 95% interval, `57.1 [48.3, 65.0]`; the figure alone where it has
+    none, `–` where there is no figure."""
     if value is None:
         return "–"
     text = f"{scale * value:.{digits}f}"
@@ -174,7 +169,7 @@ def markdown(report: dict) -> str:
     for lvl in levels:
         af, ab = (settings.get(setting_name(lvl, mode)) for mode in (ANSWER_FREE, ANSWER_BASED))
         cells.append(f"{_cell(af or ab, 'map_20_50')} | {_cell(af, 'accuracy')} | {_cell(ab, 'accuracy')}")
-    lines.append("| " + " | ".join(cells) + f" | {_fmt(t['Overall'])} |")
+    lines.append("| " + " | ".join(cells) + f" | {_ci(t['Overall'])} |")
     lines += ["", "## Per setting", "",
               "| setting | groups | localized | recognized | reasoned | accuracy | mAP | FN | FP | missing "
               "| unparsable |",
@@ -196,10 +191,10 @@ def markdown(report: dict) -> str:
     if d:
         lines += ["", "## L1 diagnostics (isolated capabilities)", "",
                   f"- localization only: mAP@[.2:.5] {d['localization_map_20_50']:.1f}",
-                  f"- recognition only (CER < 0.7 given the box): {_fmt(d['recognition_rate'])}%",
+                  f"- recognition only (CER < 0.7 given the box): {_ci(d['recognition_rate'])}%",
                   f"- reasoning only (judgment given the transcription): answer-free "
-                  f"{_fmt(d['reasoning_accuracy']['answer-free'])}%, answer-based "
-                  f"{_fmt(d['reasoning_accuracy']['answer-based'])}%"]
+                  f"{_ci(d['reasoning_accuracy']['answer-free'])}%, answer-based "
+                  f"{_ci(d['reasoning_accuracy']['answer-based'])}%"]
     return "\n".join(lines) + "\n"
 
 
@@ -219,7 +214,7 @@ def selective_table(settings: dict[str, dict]) -> list[str]:
             lines.append(f"| {name} | " + " | ".join("–" for _ in SELECTIVE_SHOWN) + " |")
             continue
         rows = {r["threshold"]: r for r in table["rows"]}
-        lines.append(f"| {name} | " + " | ".join(f"{_fmt(rows[t]['coverage'])} / {_fmt(rows[t]['accuracy'])}"
+        lines.append(f"| {name} | " + " | ".join(f"{_ci(rows[t]['coverage'])} / {_ci(rows[t]['accuracy'])}"
                                                  for t in SELECTIVE_SHOWN) + " |")
     return lines + [f"{name}: {t['undefined']}." for name, t in tables.items() if not t["rows"]]
 
@@ -244,7 +239,7 @@ def points_table(settings: dict[str, dict]) -> list[str]:
         lines.append(f"| {name} | {p['n']} | {mae} | {m['normalized_mae']:.3f} | "
                      f"{m['mean_signed_error']:+.3f} | {m['max_error']:g} | {m['large_errors']} | "
                      f"{kappa_text(m['kappa'])} | {kappa_text(m['weighted_kappa']['quadratic'])} | "
-                     f"{_fmt(m['exact_band'])}% | {c['missing']} | {c['out_of_range']} |")
+                     f"{_ci(m['exact_band'])}% | {c['missing']} | {c['out_of_range']} |")
     return lines
 
 

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from gbtrain.metric.parsing import _BOX_KEYS, _CORRECT_KEYS, PredictedItem
+from gbtrain.metric.parsing import BOX_KEYS, CORRECT_KEYS, PredictedItem
 
 NO_CONFIDENCES = "no confidences: one-point mAP only"
 RECALL_POINTS = tuple(i / 100 for i in range(101))  # the 101-point interpolation (COCO's)
@@ -17,7 +17,7 @@ def _key(keys: tuple[str, ...]) -> re.Pattern:
     return re.compile(r"[\"']?\b(?:" + "|".join(keys) + r")\b[\"']?\s*:\s*")
 
 
-_CORRECT_KEY, _BOX_KEY = _key(_CORRECT_KEYS), _key(_BOX_KEYS)
+_CORRECT_KEY, _BOX_KEY = _key(CORRECT_KEYS), _key(BOX_KEYS)
 
 
 def _value_span(text: str, start: int) -> tuple[int, int]:

@@ -37,10 +37,11 @@ _REASONING_TAG = re.compile(r"<(/?)(think|thinking|reasoning|reflection)>", re.I
 _WORD = re.compile(r"[A-Za-z_]+")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)(```|$)", re.S)
 _WRAPPER_KEYS = ("results", "result", "items", "answers", "predictions", "grading", "output", "data", "questions")
-_BOX_KEYS = ("bbox_2d", "bbox", "box", "bboxes")
+# The keys a reply may name its boxes and judgments by (public: the confidences find their tokens by them)
+BOX_KEYS = ("bbox_2d", "bbox", "box", "bboxes")
 _TEXT_KEYS = ("text", "transcription", "hand", "handwriting")
 _ANSWER_KEYS = ("answer", "derived_answer")
-_CORRECT_KEYS = ("correctness", "correct", "is_correct", "judgment")
+CORRECT_KEYS = ("correctness", "correct", "is_correct", "judgment")
 _SCORE_KEYS = ("score", "points")
 # Why a model's score is no number of points (the points report lists each).
 NOT_A_NUMBER, NOT_FINITE = "not a number", "not finite"
@@ -214,7 +215,7 @@ def _unwrap(value) -> list | None:
             if isinstance(value.get(key), list):
                 return value[key]
         lists = [v for v in value.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
-        if len(lists) == 1 and not any(k in value for k in _BOX_KEYS):
+        if len(lists) == 1 and not any(k in value for k in BOX_KEYS):
             return lists[0]
         return [value]
     return None
@@ -390,7 +391,7 @@ class PredictedItem:
 
 
 def normalize_items(items: list[dict]) -> list[PredictedItem]:
-    return [PredictedItem(i, parse_boxes(_first(it, _BOX_KEYS)), _as_text(_first(it, _TEXT_KEYS)),
-                          _as_text(_first(it, _ANSWER_KEYS)), coerce_correctness(_first(it, _CORRECT_KEYS)), it,
+    return [PredictedItem(i, parse_boxes(_first(it, BOX_KEYS)), _as_text(_first(it, _TEXT_KEYS)),
+                          _as_text(_first(it, _ANSWER_KEYS)), coerce_correctness(_first(it, CORRECT_KEYS)), it,
                           _first(it, _SCORE_KEYS))
             for i, it in enumerate(items)]
