@@ -56,9 +56,8 @@ else
   MAX_TOKENS=${DEMO_MAX_TOKENS:-256}  # a page's reply holds at most four short items
   PAGES=${DEMO_PAGES:-120}
   CONVERSATIONS=${DEMO_CONVERSATIONS:-1200}
-  # 720 steps: the marks warm-up's taller crops take 35 s more than the legible one's, and the whole demo must
-  # fit 15 minutes from a fresh clone (800 steps projected 915 s)
-  STEPS=${DEMO_TRAIN_STEPS:-720}
+  # 1,000 steps: at 720 a fresh clone took 673 s, and 1,000 read more at every level (docs/demo.md, runs 14-15)
+  STEPS=${DEMO_TRAIN_STEPS:-1000}
   WARMUP_STEPS=${DEMO_WARMUP_STEPS:-400}
   EVAL_EVERY=${DEMO_EVAL_EVERY:-300}
   THREE_TURN=()    # the three-turn decomposition (3.5x the six settings' generation time) is --full's,
