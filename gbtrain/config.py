@@ -337,6 +337,9 @@ class TrainConfig:
     lr_scheduler: str = option("cosine", "transformers scheduler name")
     max_grad_norm: float = option(1.0, "gradient clipping")
     gradient_checkpointing: bool = option(True, "non-reentrant activation checkpointing")
+    vision_cache_mib: int = option(0, "with the vision tower and merger frozen: keep each image's vision features "
+                                      "(host memory, up to this many MiB) and encode an image once, not once per "
+                                      "epoch; 0 disables; not under ZeRO-3")
     attn_implementation: str = option("sdpa", "sdpa or eager; on a GPU flex_attention (packed rows skip the blocks "
                                               "between samples; no extra package) or flash_attention_2 (varlen, "
                                               "flash-attn installed; docs/benchmarks.md)")

@@ -34,7 +34,9 @@ COORDS=${DEMO_COORDS:-rel1000}
 # A miniature trained from random weights cannot read handwriting; both profiles give it a vision tower first
 # taught to read the profile's handwriting (gbtrain.miniature.warmup), frozen with its merger during SFT
 # (docs/miniatures.md#a-tiny-model-that-can-see-the-vision-warm-up).
-TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true)
+# Frozen, the tower gives an image the same features every epoch: each is encoded once and kept (vision_cache_mib;
+# the demo's images take about 400 MiB)
+TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true vision_cache_mib=1024)
 MAX_PX=254016      # 324 * 28*28: a legible page's handwriting stays about one image token tall
 if $FULL; then
   PROFILE=legible  # digits, angles, choice letters and ticks: 18 characters, answers of 1-3 of them

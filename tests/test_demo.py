@@ -34,6 +34,9 @@ def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
     expected = warmup_for_profile("marks", steps=4)
     assert warmup["options"]["charset"] == expected.charset
     assert (warmup["options"]["crop_tokens"], warmup["options"]["glyph_px"]) == ([4, 3], [20, 72])
+    # the frozen tower's features came from the cache where an image came back (its eval loss reads the same images)
+    summary = json.loads((out / "sft-model" / "train_summary.json").read_text(encoding="utf-8"))
+    assert summary["vision_cache_misses"] == summary["vision_cache_images"] > 0
     gains = (out / "gains.md").read_text(encoding="utf-8")
     for setting in ("L1-ab", "L1-af", "L2-ab", "L2-af", "L3-ab", "L3-af"):
         assert f"| {setting} |" in gains, setting

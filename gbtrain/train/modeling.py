@@ -54,7 +54,7 @@ def _range_problems(cfg: TrainConfig) -> list[str]:
                 "max_grad_norm": (cfg.max_grad_norm, 1e-12), "eval_steps": (cfg.eval_steps, 1),
                 "save_steps": (cfg.save_steps, 1), "save_total_limit": (cfg.save_total_limit, 1),
                 "logging_steps": (cfg.logging_steps, 1), "dataloader_num_workers": (cfg.dataloader_num_workers, 0),
-                "peak_tflops": (cfg.peak_tflops, 0)}
+                "peak_tflops": (cfg.peak_tflops, 0), "vision_cache_mib": (cfg.vision_cache_mib, 0)}
     for key in ("limit_train_samples", "limit_eval_samples"):
         if getattr(cfg, key) is not None:
             at_least[key] = (getattr(cfg, key), 1)
@@ -94,6 +94,9 @@ def check_options(cfg: TrainConfig) -> None:
     if cfg.finetune in ("lora", "qlora") and not cfg.freeze.vision_tower:
         problems.append("freeze.vision_tower=false needs finetune=full (LoRA adapts the LLM; the merger can train "
                         "fully with freeze.merger=false)")
+    if cfg.vision_cache_mib and not (cfg.freeze.vision_tower and cfg.freeze.merger):
+        problems.append(f"vision_cache_mib={cfg.vision_cache_mib} reuses features of a frozen vision side: set "
+                        f"freeze.vision_tower=true and freeze.merger=true, or vision_cache_mib=0")
     if cfg.model_init not in ("pretrained", "random"):
         problems.append(f"model_init={cfg.model_init!r}: choose pretrained or random")
     problems += _range_problems(cfg)

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import torch
+from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
@@ -34,6 +35,7 @@ from gbtrain.train.modeling import (
     setup_model,
     train_dtype,
 )
+from gbtrain.train.vision_cache import install_vision_cache
 
 
 def resolve_budget(cfg: TrainConfig) -> PixelBudget:
@@ -205,7 +207,7 @@ def sft_config(cfg: TrainConfig, has_eval: bool) -> SFTConfig:
 # the weights, so a run with other values must not continue (or overwrite) this folder's checkpoints.
 _NOT_IDENTITY = {"output_dir", "resume", "num_train_epochs", "max_steps", "eval_steps", "save_steps",
                  "save_total_limit", "logging_steps", "report_to", "dataloader_num_workers", "peak_tflops",
-                 "limit_eval_samples", "attn_implementation", "gradient_checkpointing", "liger"}
+                 "limit_eval_samples", "attn_implementation", "gradient_checkpointing", "liger", "vision_cache_mib"}
 
 
 def run_identity(cfg: TrainConfig) -> dict:
@@ -296,6 +298,13 @@ def train(cfg: TrainConfig) -> dict:
     args = sft_config(cfg, eval_ds is not None)
     model = setup_model(cfg, fp32_trainable=args.deepspeed_plugin is None)
     stats["zero3_partitioned_at_load"] = any(hasattr(p, "ds_id") for p in model.parameters())
+    vision_cache = None
+    if cfg.vision_cache_mib:
+        if is_deepspeed_zero3_enabled():
+            raise ValueError(f"vision_cache_mib={cfg.vision_cache_mib} under ZeRO-3: a rank that reads its features "
+                             f"from the cache would skip the tower's collective gathers while others run them; "
+                             f"set vision_cache_mib=0")
+        vision_cache = install_vision_cache(model, cfg.vision_cache_mib)
     rope = RopeIndex(model.config if not hasattr(model, "peft_config") else model.base_model.model.config)
     collators = {split: GradingCollator(processor, cfg.max_length, packing=cfg.packing,
                                         rope_index=rope if cfg.packing else None, source=sources[split],
@@ -313,7 +322,8 @@ def train(cfg: TrainConfig) -> dict:
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
     summary = {**stats, "resumed_from": resume, "global_step": result.global_step,
-               "training_loss": result.training_loss, "llm_parameters": n_llm}
+               "training_loss": result.training_loss, "llm_parameters": n_llm,
+               **(vision_cache.summary() if vision_cache else {})}
     if eval_ds is not None:
         summary["eval_loss"] = trainer.evaluate().get("eval_loss")
     if trainer.is_world_process_zero():
