@@ -37,6 +37,8 @@ class BenchTrain:
     samples: int = option(48, "samples of the mix (one L3 page, three L1 crops, ...) run in each mode")
     naive_batch: int = option(4, "samples per padded batch (naive mode)")
     steps: int = option(0, "limit timed steps per mode (0 = all)")
+    epochs: int = option(1, "passes over the samples, timed together (scripts/bench_vision_cache.py: later passes "
+                            "read a frozen tower's features from the cache when the recipe sets vision_cache_mib)")
     mode: str | None = option(None, "run this mode only, in this process (what each child runs; default: both, each "
                                     "in a child process)", choices=MODES)
     overrides: list[str] = option([], "the recipe's key=value (model=M dataset=D output_dir=unused)",
@@ -66,6 +68,7 @@ def run_mode(args: BenchTrain) -> dict:
     from gbtrain.train.collator import GradingCollator, RopeIndex, plan_packs
     from gbtrain.train.modeling import load_processor, parameter_groups, setup_model, train_dtype
     from gbtrain.train.trainer import filter_by_length, resolve_budget
+    from gbtrain.train.vision_cache import install_vision_cache
 
     cfg = load_config(TrainConfig, args.config, args.overrides)
     torch.manual_seed(cfg.seed)
@@ -73,6 +76,7 @@ def run_mode(args: BenchTrain) -> dict:
     processor = load_processor(cfg.model, budget)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = setup_model(cfg).to(device).train()  # trainable parameters in fp32 under a bf16 base
+    cache = install_vision_cache(model, cfg.vision_cache_mib) if cfg.vision_cache_mib else None
     bf16 = train_dtype(cfg) == torch.bfloat16
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -99,6 +103,7 @@ def run_mode(args: BenchTrain) -> dict:
     encoded = [collator(b) for b in batches]  # tokenization and image preprocessing are not what is measured
     if args.steps:
         encoded = encoded[:args.steps]
+    encoded = encoded * args.epochs
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     real = computed = 0
@@ -123,7 +128,7 @@ def run_mode(args: BenchTrain) -> dict:
     elapsed = time.perf_counter() - start if start else float("nan")
     peak = (torch.cuda.max_memory_allocated() if device == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    extra = {"pack_fill": fill} if args.mode == "packed" else {}
+    extra = ({"pack_fill": fill} if args.mode == "packed" else {}) | (cache.summary() if cache else {})
     return {**extra, "mode": args.mode, "device": device, "samples": len(examples),
             "steps_timed": max(len(encoded) - 1, 0),
             "real_tokens_per_s": round(real / elapsed, 1), "packing_efficiency": round(real / max(computed, 1), 4),
@@ -139,7 +144,8 @@ def main() -> None:
     results = {}
     for mode in MODES:
         cmd = [sys.executable, __file__, "--config", args.config, "--samples", str(args.samples), "--naive-batch",
-               str(args.naive_batch), "--steps", str(args.steps), "--mode", mode, *args.overrides]
+               str(args.naive_batch), "--steps", str(args.steps), "--epochs", str(args.epochs), "--mode", mode,
+               *args.overrides]
         results[mode] = run_child(cmd, f"{mode} run", dict(os.environ))
         print(json.dumps({"bench": "train", **results[mode]}), flush=True)
     ratio = results["packed"]["real_tokens_per_s"] / max(results["naive"]["real_tokens_per_s"], 1e-9)

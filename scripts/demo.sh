@@ -139,8 +139,11 @@ stage conversations '^wrote .*' $PY data_builders/build_sft.py --data "$OUT/page
   --config configs/data/default.yaml target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX \
   vision.max_pixels=$MAX_PX max_length=2048 tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05 "${DATA_ARGS[@]}"
 
+# Both models' replies are decoded under the grading schema (--structured, docs/evaluation.md): every reply parses,
+# and the figures measure what a model finds and reads, not how often its JSON breaks
 EVAL_ARGS=(--data "$OUT/heldout" --coords "$COORDS" --min-pixels $MIN_PX --max-pixels $MAX_PX --settings all
-           "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens "$MAX_TOKENS" --max-model-len 4096 --batch-size 64 --overlays 3)
+           "${THREE_TURN[@]}" --limit "$EVAL_RECORDS" --max-tokens "$MAX_TOKENS" --max-model-len 4096 --batch-size 64 --overlays 3
+           --structured)
 BAR='L[123]-a[bf][^:]*: +100%[|][^|]*[|] *[0-9]+/[0-9]+'  # each setting's finished progress bar, once
 log "evaluate the base model (six settings${THREE_TURN:+ + three-turn}, $EVAL_RECORDS held-out records per level)"
 stage eval-base "$BAR" $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}"

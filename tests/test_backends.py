@@ -195,3 +195,12 @@ def test_a_backend_is_one_class_and_one_registry_line(synth_dir, tmp_path, monke
     assert report["meta"]["backend"] == "echo" and report["settings"]["L1-af"]["n_records"] == 2
     lines = [json.loads(ln) for ln in (out / "predictions" / "L1-af.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and {(ln["backend"], ln["response"]) for ln in lines} == {("echo", "[]")}
+
+
+def test_structured_output_is_refused_where_it_would_be_ignored():
+    """The hf backend generates freely: a --structured run on it would record a constraint it never applied."""
+    from gbtrain.inference.base import BackendOptions
+    from gbtrain.inference.hf import HFBackend
+
+    with pytest.raises(ValueError, match="the hf backend generates freely: drop --structured"):
+        HFBackend.from_options("any-model", BackendOptions(structured=True))

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAMILY_RUN_FIXTURES, launch
+from conftest import FAMILY_RUN_FIXTURES, launch, run_script
 
 from gbtrain.config import TrainConfig
 from gbtrain.coords import PixelBudget
@@ -156,6 +156,28 @@ def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
             gen = model.generate(**inputs, max_new_tokens=300, do_sample=False)
         reply = proc.decode(gen[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
         assert reply == row["messages"][1]["content"]
+    # decoded by vLLM under the reply schema (eval/run_eval.py --structured), the trained replies pass unchanged:
+    # the schema admits the builder's keys in its order (`score` included) and its whitespace
+    targets = [row["messages"][1]["content"] for row in rows]
+    assert any('"score": ' in t for t in targets)
+    asked = [(row["messages"][0]["content"], row["images"][0]) for row in rows]
+    structured = run_script(tmp_path, f"""
+        import json
+        from PIL import Image
+        from gbtrain.coords import PixelBudget
+        from gbtrain.evaluation.engine import GRADING_SCHEMA
+        from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
+        from gbtrain.inference.vllm import VLLMBackend
+        if __name__ == "__main__":
+            backend = VLLMBackend({str(out)!r}, PixelBudget({budget.min_pixels}, {budget.max_pixels}),
+                                  max_model_len=4096, structured=True, memory=VLLMMemory(kv_cache_gib=0.5),
+                                  dtype="float32")
+            convs = [[message(text, Image.open(path))] for text, path in {asked!r}]
+            replies = backend.chat(convs, SamplingOptions(max_tokens=300, json_schema=GRADING_SCHEMA))
+            backend.close()
+            print("RESULT " + json.dumps([str(r) for r in replies]))
+    """)
+    assert structured == targets
 
 
 def test_overlong_samples_rejected_before_training(sft_dir, tiny_model_dir, budget):

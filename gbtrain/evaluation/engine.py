@@ -350,10 +350,13 @@ def run_diagnostics(ev: Evaluator) -> dict:
             "reasoning_accuracy": reasoning, "n_records": len(records), "n_groups": len(groups)}
 
 
+# A one-turn reply as the builder writes its targets (gbtrain.data.conversations.answer_items), keys in that order:
+# `score` where the prompt gives full scores. xgrammar (vLLM's default backend) allows no key the schema leaves out.
 GRADING_SCHEMA = {
     "type": "array",
     "items": {"type": "object", "properties": {
         "bbox_2d": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4},
-        "text": {"type": "string"}, "answer": {"type": "string"}, "correctness": {"type": "boolean"}},
+        "text": {"type": "string"}, "answer": {"type": "string"}, "correctness": {"type": "boolean"},
+        "score": {"type": "number"}},
         "required": ["bbox_2d", "text", "answer", "correctness"]},
 }

@@ -104,7 +104,7 @@ class BackendOptions:
     max_model_len: int = 32768  # vllm
     tensor_parallel_size: int = 1  # vllm
     data_parallel_size: int = 1  # vllm
-    structured: bool = False  # vllm: the engine-wide structured-output settings
+    structured: bool = False  # vllm: the engine-wide structured-output settings (hf: refused)
     memory: VLLMMemory = VLLMMemory()  # vllm
     hf_batch_size: int = 8  # hf
     base_url: str | None = None  # openai

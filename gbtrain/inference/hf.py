@@ -31,6 +31,9 @@ class HFBackend(RegisteredBackend):
 
     @classmethod
     def from_options(cls, model: str, options: BackendOptions) -> HFBackend:
+        if options.structured:
+            raise ValueError("--structured decodes under the grading schema with the vllm or openai backend; the hf "
+                             "backend generates freely: drop --structured or choose --backend vllm")
         return cls(model, options.budget, batch_size=options.hf_batch_size,
                    chat_template_kwargs=options.chat_template_kwargs)
 

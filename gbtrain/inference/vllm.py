@@ -38,8 +38,8 @@ class VLLMBackend(RegisteredBackend):
                       limit_mm_per_prompt={"image": 1}, mm_processor_kwargs=budget.mm_processor_kwargs(),
                       seed=seed, enforce_eager=on_cpu, **memory.engine_kwargs(on_cpu))
         kwargs.update(engine_kwargs)
-        if structured:
-            kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
+        if structured:  # whitespace as the model writes it: the builder's targets have a space after , and :
+            kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": False}
         if data_parallel_size > 1:
             self.llm = None
             self.ranks = _start_ranks(kwargs, data_parallel_size, tensor_parallel_size, on_cpu)
