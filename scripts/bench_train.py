@@ -37,6 +37,9 @@ class BenchTrain:
     samples: int = option(48, "samples of the mix (one L3 page, three L1 crops, ...) run in each mode")
     naive_batch: int = option(4, "samples per padded batch (naive mode)")
     steps: int = option(0, "limit timed steps per mode (0 = all)")
+    mix: str = option("l3-l1", "which samples: l3-l1 (one L3 page, three L1 crops, ...: the mix that wastes most "
+                               "padding) or as-built (the first ones of the training split, its own mix of levels)",
+                      choices=("l3-l1", "as-built"))
     epochs: int = option(1, "passes over the samples, timed together (scripts/bench_vision_cache.py: later passes "
                             "read a frozen tower's features from the cache when the recipe sets vision_cache_mib)")
     mode: str | None = option(None, "run this mode only, in this process (what each child runs; default: both, each "
@@ -86,7 +89,8 @@ def run_mode(args: BenchTrain) -> dict:
 
     train = load_sft_dataset(cfg.dataset)["train"]
     train, _ = filter_by_length(train, LengthCounter(processor.tokenizer, budget), cfg.max_length, "train")
-    rows = train.select(_mixed_indices(train, args.samples))
+    chosen = _mixed_indices(train, args.samples) if args.mix == "l3-l1" else range(min(args.samples, len(train)))
+    rows = train.select(chosen)
     examples = [rows[i] for i in range(len(rows))]
     if args.mode == "naive":
         collator = GradingCollator(processor, cfg.max_length)
@@ -144,8 +148,8 @@ def main() -> None:
     results = {}
     for mode in MODES:
         cmd = [sys.executable, __file__, "--config", args.config, "--samples", str(args.samples), "--naive-batch",
-               str(args.naive_batch), "--steps", str(args.steps), "--epochs", str(args.epochs), "--mode", mode,
-               *args.overrides]
+               str(args.naive_batch), "--steps", str(args.steps), "--mix", args.mix, "--epochs", str(args.epochs),
+               "--mode", mode, *args.overrides]
         results[mode] = run_child(cmd, f"{mode} run", dict(os.environ))
         print(json.dumps({"bench": "train", **results[mode]}), flush=True)
     ratio = results["packed"]["real_tokens_per_s"] / max(results["naive"]["real_tokens_per_s"], 1e-9)

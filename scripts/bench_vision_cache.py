@@ -1,12 +1,14 @@
 """Training speed with and without the frozen-vision feature cache (vision_cache_mib), on the same padded batches.
 
     python scripts/bench_vision_cache.py --config configs/sft/tiny_cpu.yaml model=M dataset=D output_dir=unused \\
-        freeze.vision_tower=true freeze.merger=true [--samples 48] [--batch 3] [--epochs 3] [--mib 1024]
+        freeze.vision_tower=true freeze.merger=true [--samples 48] [--batch 3] [--epochs 3] [--mix as-built] \\
+        [--mib 1024]
 
 Each variant runs scripts/bench_train.py's padded ("naive") mode in a child process for `epochs` passes over the
-same samples (one L3 page, three L1 crops, ...): real tokens/s, peak memory, the cache's hits and misses, and the
-ratio. Over E passes the cache encodes each image once instead of E times, so the gain grows with the passes and
-with the tower's share of a step (large for the demo's miniature, small for a 7B language model)."""
+same samples (by default the training split's first ones, its own mix of crops and pages): real tokens/s, peak
+memory, the cache's hits and misses, and the ratio. Over E passes the cache encodes each image once instead of E
+times, so the gain grows with the passes and with the tower's share of a step (large for the demo's miniature, small
+for a 7B language model)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class BenchVisionCache:
     samples: int = option(48, "samples of the mix run in each variant")
     batch: int = option(3, "samples per padded batch")
     epochs: int = option(3, "passes over the samples")
+    mix: str = option("as-built", "which samples (scripts/bench_train.py --mix): as-built, the training split's own "
+                                  "mix of crops and pages, or l3-l1", choices=("as-built", "l3-l1"))
     mib: int = option(1024, "the cache's budget in the cached variant")
     overrides: list[str] = option([], "the recipe's key=value (model=M dataset=D output_dir=unused, the vision side "
                                       "frozen)", positional=True)
@@ -41,8 +45,8 @@ def main() -> None:
     results = {}
     for mib in (0, args.mib):
         cmd = [sys.executable, str(bench_train), "--config", args.config, "--samples", str(args.samples),
-               "--naive-batch", str(args.batch), "--epochs", str(args.epochs), "--mode", "naive", *args.overrides,
-               f"vision_cache_mib={mib}"]
+               "--naive-batch", str(args.batch), "--mix", args.mix, "--epochs", str(args.epochs), "--mode", "naive",
+               *args.overrides, f"vision_cache_mib={mib}"]
         results[mib] = run_child(cmd, f"vision_cache_mib={mib} run", dict(os.environ))
         print(json.dumps({"bench": "vision_cache", "vision_cache_mib": mib, **results[mib]}), flush=True)
     ratio = results[args.mib]["real_tokens_per_s"] / max(results[0]["real_tokens_per_s"], 1e-9)

@@ -65,7 +65,7 @@ def test_a_full_budget_encodes_again_and_stays_right(tiny_model_dir):
     cache = install_vision_cache(model, budget_mib=0)  # nothing fits: each image is encoded each time
     for _ in range(2):
         assert torch.allclose(loss_and_grads(model, inputs)[0], loss, atol=1e-5)
-    assert cache.summary() == {"vision_cache_images": 0, "vision_cache_mib": 0.0, "vision_cache_hits": 0,
+    assert cache.summary() == {"vision_cache_images": 0, "vision_cache_used_mib": 0.0, "vision_cache_hits": 0,
                                "vision_cache_misses": 4}
 
 

@@ -51,7 +51,7 @@ class VisionFeatureCache:
         self.used_bytes += size
 
     def summary(self) -> dict[str, int | float]:
-        return {"vision_cache_images": len(self.entries), "vision_cache_mib": round(self.used_bytes / 2**20, 1),
+        return {"vision_cache_images": len(self.entries), "vision_cache_used_mib": round(self.used_bytes / 2**20, 1),
                 "vision_cache_hits": self.hits, "vision_cache_misses": self.misses}
 
 
