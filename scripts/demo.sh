@@ -3,7 +3,7 @@
 # the pages' handwriting, synthetic exam pages, SFT conversations, base-model evaluation (vLLM), fine-tuning through
 # `accelerate launch`, evaluation of the fine-tuned checkpoint, how much of its skill comes from the pixels (its
 # loss with real vs. blank images), and the gains.
-#   scripts/demo.sh [OUT_DIR]          about 15 minutes from a fresh clone (docs/demo.md): pages whose answers are
+#   scripts/demo.sh [OUT_DIR]          about 13 minutes from a fresh clone (docs/demo.md): pages whose answers are
 #                                      choice letters and true/false marks (--profile marks) at 324 image tokens,
 #                                      the six settings
 #   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; docs/demo.md): numbers as well

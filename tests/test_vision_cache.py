@@ -75,3 +75,18 @@ def test_a_trainable_vision_side_is_refused(tiny_model_dir):
         install_vision_cache(frozen_vision_model(tiny_model_dir, merger_frozen=False), budget_mib=64)
     with pytest.raises(ValueError, match="vision_cache_mib=64 reuses features of a frozen vision side"):
         check_options(TrainConfig(model=str(tiny_model_dir), dataset="d", output_dir="o", vision_cache_mib=64))
+
+
+def test_zero3_is_refused(tiny_model_dir):
+    """Under ZeRO-3 every rank must run the tower's gathers in every step, which a cache hit would skip."""
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    model = frozen_vision_model(tiny_model_dir)
+    zero3 = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_batch_size": 1})  # in force while it lives
+    try:
+        with pytest.raises(ValueError, match="vision_cache_mib=64 under ZeRO-3"):
+            install_vision_cache(model, budget_mib=64)
+    finally:
+        unset_hf_deepspeed_config()
+    assert zero3.is_zero3()

@@ -10,7 +10,6 @@ import uuid
 from pathlib import Path
 
 import torch
-from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
@@ -298,13 +297,7 @@ def train(cfg: TrainConfig) -> dict:
     args = sft_config(cfg, eval_ds is not None)
     model = setup_model(cfg, fp32_trainable=args.deepspeed_plugin is None)
     stats["zero3_partitioned_at_load"] = any(hasattr(p, "ds_id") for p in model.parameters())
-    vision_cache = None
-    if cfg.vision_cache_mib:
-        if is_deepspeed_zero3_enabled():
-            raise ValueError(f"vision_cache_mib={cfg.vision_cache_mib} under ZeRO-3: a rank that reads its features "
-                             f"from the cache would skip the tower's collective gathers while others run them; "
-                             f"set vision_cache_mib=0")
-        vision_cache = install_vision_cache(model, cfg.vision_cache_mib)
+    vision_cache = install_vision_cache(model, cfg.vision_cache_mib) if cfg.vision_cache_mib else None
     rope = RopeIndex(model.config if not hasattr(model, "peft_config") else model.base_model.model.config)
     collators = {split: GradingCollator(processor, cfg.max_length, packing=cfg.packing,
                                         rope_index=rope if cfg.packing else None, source=sources[split],

@@ -67,7 +67,12 @@ def _backbone(model):
 
 def install_vision_cache(model, budget_mib: int) -> VisionFeatureCache:
     """Route the backbone's `get_image_features` through a cache. Refused unless every vision parameter (tower
-    and merger) is frozen: a trainable one would make yesterday's features wrong."""
+    and merger) is frozen (a trainable one would make yesterday's features wrong), and under ZeRO-3."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        raise ValueError(f"vision_cache_mib={budget_mib} under ZeRO-3: a rank that reads its features from the cache "
+                         f"would skip the tower's collective gathers while others run them; set vision_cache_mib=0")
     trainable = [n for n, p in model.named_parameters() if p.requires_grad and part_of(n) in (VISION, MERGER)]
     if trainable:
         raise ValueError(f"vision_cache_mib={budget_mib} needs freeze.vision_tower=true and freeze.merger=true "
