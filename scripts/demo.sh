@@ -35,7 +35,7 @@ COORDS=${DEMO_COORDS:-rel1000}
 # taught to read the profile's handwriting (gbtrain.miniature.warmup), frozen with its merger during SFT
 # (docs/miniatures.md#a-tiny-model-that-can-see-the-vision-warm-up).
 # Frozen, the tower gives an image the same features every epoch: each is encoded once and kept (vision_cache_mib;
-# the demo's images take about 400 MiB)
+# the demo's 392 distinct images took 110 MiB; 1.06x faster steps, docs/benchmarks.md)
 TRAIN_ARGS=(freeze.vision_tower=true freeze.merger=true vision_cache_mib=1024)
 MAX_PX=254016      # 324 * 28*28: a legible page's handwriting stays about one image token tall
 if $FULL; then

@@ -1,9 +1,10 @@
 """Reuse a frozen vision encoder's features across epochs: with the tower and its merger frozen, an image's
 features are a function of its pixels alone, so each distinct image is encoded once and read back after that.
 
-Over 2-3 epochs of a small model the encoder's forward is a large share of each step (about a quarter of the
-demo's miniature, docs/demo.md); for a 7B language model it is a small share, and the cache costs host memory
-(an image's features are its merged tokens x the language model's width), hence a budget in MiB."""
+What it saves is the encoder's share of a step times the share of passes after the first: 1.06x real tokens/s
+over three passes for the demo's miniature (scripts/bench_vision_cache.py, docs/benchmarks.md), less for a 7B
+language model. It costs host memory (an image's features are its merged tokens x the language model's width),
+hence a budget in MiB."""
 
 from __future__ import annotations
 
