@@ -6,7 +6,7 @@
 #   scripts/demo.sh [OUT_DIR]          about 13 minutes from a fresh clone (docs/demo.md): pages whose answers are
 #                                      choice letters and true/false marks (--profile marks) at 324 image tokens,
 #                                      the six settings
-#   scripts/demo.sh --full [OUT_DIR]   about 50 minutes (3,063 s measured; docs/demo.md): numbers as well
+#   scripts/demo.sh --full [OUT_DIR]   about 40 minutes (2,389 s measured; docs/demo.md): numbers as well
 #                                      (--profile legible), a longer warm-up, 4.5 times the fine-tuning, and the
 #                                      three-turn decomposition
 # (default OUT_DIR runs/demo-<timestamp>). Sizes can be changed through the environment: DEMO_PAGES,
