@@ -166,12 +166,12 @@ def test_overfit_reproduces_the_json(sft_dir, tiny_model_dir, tmp_path, budget):
         from PIL import Image
         from gbtrain.coords import PixelBudget
         from gbtrain.evaluation.engine import GRADING_SCHEMA
-        from gbtrain.inference.base import SamplingOptions, VLLMMemory, message
+        from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory, message
         from gbtrain.inference.vllm import VLLMBackend
-        if __name__ == "__main__":
-            backend = VLLMBackend({str(out)!r}, PixelBudget({budget.min_pixels}, {budget.max_pixels}),
-                                  max_model_len=4096, structured=True, memory=VLLMMemory(kv_cache_gib=0.5),
-                                  dtype="float32")
+        if __name__ == "__main__":  # opened as eval/run_eval.py --structured opens it
+            backend = VLLMBackend.from_options({str(out)!r}, BackendOptions(
+                PixelBudget({budget.min_pixels}, {budget.max_pixels}), max_model_len=4096, structured=True,
+                memory=VLLMMemory(kv_cache_gib=0.5)))
             convs = [[message(text, Image.open(path))] for text, path in {asked!r}]
             replies = backend.chat(convs, SamplingOptions(max_tokens=300, json_schema=GRADING_SCHEMA))
             backend.close()

@@ -230,16 +230,22 @@ def llm_parameter_count(model) -> int:
                if part_of(n) == LLM and "embed_tokens" not in n and "lora_" not in n)
 
 
+def backbone(model):
+    """The inner model of a supported family (it owns `visual` and `get_image_features`), under any wrapper."""
+    classes = {c for f in FAMILIES for c in f.backbone_classes}
+    inner = next((m for m in model.modules() if type(m).__name__ in classes), None)
+    if inner is None:
+        raise ValueError(f"no backbone of a supported family ({', '.join(sorted(classes))}) found in "
+                         f"{type(model).__name__}")
+    return inner
+
+
 def always_run_vision_tower(model) -> None:
     """ZeRO-3 gathers parameters collectively: a rank whose batch has no image would skip the vision tower
     while others run it, and training hangs. A forward hook runs the tower on a dummy image of one merged token
     (2x2 patches) when a training batch carries none, and adds 0 x its outputs (Qwen3-VL's DeepStack features
     too), so every rank takes part."""
-    backbones = {c for f in FAMILIES for c in f.backbone_classes}
-    inner = next((m for m in model.modules() if type(m).__name__ in backbones), None)
-    if inner is None:
-        raise ValueError(f"no backbone of a supported family ({', '.join(sorted(backbones))}) found in "
-                         f"{type(model).__name__}")
+    inner = backbone(model)
     vcfg = inner.config.vision_config
     patch = vcfg.in_channels * vcfg.temporal_patch_size * vcfg.patch_size ** 2
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gbtrain.families import FAMILIES
-from gbtrain.train.modeling import MERGER, VISION, part_of
+from gbtrain.train.modeling import MERGER, VISION, backbone, part_of
 
 
 def _image_key(patches: torch.Tensor, grid: torch.Tensor) -> bytes:
@@ -56,16 +55,6 @@ class VisionFeatureCache:
                 "vision_cache_hits": self.hits, "vision_cache_misses": self.misses}
 
 
-def _backbone(model):
-    """The inner model whose forward calls `get_image_features` (Qwen2.5-VL's / Qwen3-VL's, under any wrapper)."""
-    classes = {c for f in FAMILIES for c in f.backbone_classes}
-    found = next((m for m in model.modules() if type(m).__name__ in classes), None)
-    if found is None:
-        raise ValueError(f"no backbone of a supported family ({', '.join(sorted(classes))}) in "
-                         f"{type(model).__name__}: its vision features cannot be cached; set vision_cache_mib=0")
-    return found
-
-
 def install_vision_cache(model, budget_mib: int) -> VisionFeatureCache:
     """Route the backbone's `get_image_features` through a cache. Refused unless every vision parameter (tower
     and merger) is frozen (a trainable one would make yesterday's features wrong), and under ZeRO-3."""
@@ -78,8 +67,8 @@ def install_vision_cache(model, budget_mib: int) -> VisionFeatureCache:
     if trainable:
         raise ValueError(f"vision_cache_mib={budget_mib} needs freeze.vision_tower=true and freeze.merger=true "
                          f"({len(trainable)} vision parameters train, e.g. {trainable[0]}); or set vision_cache_mib=0")
-    backbone = _backbone(model)
-    encode = backbone.get_image_features
+    inner = backbone(model)
+    encode = inner.get_image_features
     cache = VisionFeatureCache(budget_mib * 2**20)
     output_class = None
 
@@ -110,5 +99,5 @@ def install_vision_cache(model, budget_mib: int) -> VisionFeatureCache:
             output.deepstack_features = [tuple(f[1][level] for f in found) for level in range(len(found[0][1]))]
         return output
 
-    backbone.get_image_features = cached_image_features
+    inner.get_image_features = cached_image_features
     return cache
