@@ -328,6 +328,9 @@ class TrainConfig:
     packing: bool = option(True, "padding-free packing into rows of pack_tokens; false: padded batches, "
                                  "length-grouped sampling")
     pack_tokens: int = option(16384, "tokens per packed row")
+    pack_length_multiple: int = option(0, "pad each packed row up to a multiple of this many tokens (a padding "
+                                          "sample of its own, without loss), so compiled kernels (flex attention) "
+                                          "see few shapes: pack_tokens gives one; 0: each row as long as its samples")
     per_device_batch_size: int = option(1, "packed rows (packing) or samples (no packing) per device step")
     gradient_accumulation_steps: int = option(8, "device steps per optimizer step")
     num_train_epochs: float = option(1.0, "passes over the training split")
@@ -336,7 +339,9 @@ class TrainConfig:
     weight_decay: float = option(0.0, "AdamW weight decay (never on biases and norms)")
     lr_scheduler: str = option("cosine", "transformers scheduler name")
     max_grad_norm: float = option(1.0, "gradient clipping")
-    gradient_checkpointing: bool = option(True, "non-reentrant activation checkpointing")
+    gradient_checkpointing: bool = option(True, "non-reentrant activation checkpointing of the language model")
+    checkpoint_every_n_layers: int = option(1, "with gradient_checkpointing: checkpoint every n-th decoder layer "
+                                               "only (more memory, less recompute); 1: every layer")
     vision_cache_mib: int = option(0, "with the vision tower and merger frozen: keep each image's vision features "
                                       "(host memory, up to this many MiB) and encode an image once, not once per "
                                       "epoch; 0 disables; not under ZeRO-3")

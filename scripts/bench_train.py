@@ -68,7 +68,7 @@ def run_mode(args: BenchTrain) -> dict:
 
     from gbtrain.config import TrainConfig, load_config
     from gbtrain.data.sft_dataset import LengthCounter
-    from gbtrain.train.collator import GradingCollator, RopeIndex, plan_packs
+    from gbtrain.train.collator import GradingCollator, RopeIndex, plan_packs, pop_real_tokens
     from gbtrain.train.modeling import load_processor, parameter_groups, setup_model, train_dtype
     from gbtrain.train.trainer import filter_by_length, resolve_budget
     from gbtrain.train.vision_cache import install_vision_cache
@@ -118,14 +118,15 @@ def run_mode(args: BenchTrain) -> dict:
                 torch.cuda.synchronize()
             start = time.perf_counter()
             real = computed = 0
+        batch = dict(batch)
+        tokens = pop_real_tokens(batch)
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):  # as the trainer's bf16=True does
             loss = model(**batch, use_cache=False).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        mask = batch.get("attention_mask")
-        real += int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        real += tokens
         computed += int(batch["input_ids"].numel())
     if device == "cuda":
         torch.cuda.synchronize()

@@ -6,7 +6,7 @@ from PIL import Image
 
 from gbtrain.config import TrainConfig
 from gbtrain.train.attention import PACKED_FLEX, SEQ_LENS_KEY, precompute_varlen_kwargs
-from gbtrain.train.collator import IGNORE_INDEX, GradingCollator, RopeIndex
+from gbtrain.train.collator import IGNORE_INDEX, GradingCollator, RopeIndex, pop_real_tokens
 from gbtrain.train.modeling import load_model, load_processor
 
 
@@ -60,6 +60,7 @@ def test_flex_packed_equals_one_by_one_and_skips_blocks(tiny_model_dir, processo
 
     monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, PACKED_FLEX, recording)
     packed = GradingCollator(processor, 4096, packing=True, rope_index=RopeIndex(model.config))(EXAMPLES)
+    pop_real_tokens(packed)
     with torch.no_grad():
         out = model(**packed)
         masks_of_pack = list(masks)
@@ -97,6 +98,7 @@ def test_varlen_arguments_come_from_the_collator(tiny_model_dir, processor, monk
     rope = RopeIndex(model.config)
     packed = GradingCollator(processor, 4096, packing=True, rope_index=rope, seq_lens=True)(EXAMPLES)
     plain = GradingCollator(processor, 4096, packing=True, rope_index=rope)(EXAMPLES)
+    pop_real_tokens(packed), pop_real_tokens(plain)
     assert packed[SEQ_LENS_KEY] == [len(GradingCollator(processor, 4096).encode_all([e])[0]) for e in EXAMPLES]
     with torch.no_grad():
         with_lengths = model(**packed).logits

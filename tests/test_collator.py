@@ -3,7 +3,14 @@ import torch
 from conftest import FAMILY_MODELS, budget_for
 from PIL import Image
 
-from gbtrain.train.collator import IGNORE_INDEX, ConversationEncoder, GradingCollator, RopeIndex, plan_packs
+from gbtrain.train.collator import (
+    IGNORE_INDEX,
+    REAL_TOKENS_KEY,
+    ConversationEncoder,
+    GradingCollator,
+    RopeIndex,
+    plan_packs,
+)
 
 
 @pytest.fixture(scope="module", params=list(FAMILY_MODELS))
@@ -88,6 +95,7 @@ def test_packed_equals_one_by_one(processor, model64):
                 {"messages": THREE, "images": [image(420, 280, 120)]},
                 {"messages": SINGLE, "images": [image(200, 500, 30)]}]
     packed = GradingCollator(processor, 4096, packing=True, rope_index=RopeIndex(model64.config))(examples)
+    assert packed.pop(REAL_TOKENS_KEY) == packed["input_ids"].shape[1]
     assert packed["input_ids"].shape[0] == 1 and packed["position_ids"].shape[:2] == (4, 1)
     assert "attention_mask" not in packed
     model64.zero_grad()
@@ -109,6 +117,32 @@ def test_packed_equals_one_by_one(processor, model64):
     for n, p in model64.named_parameters():
         if p.grad is not None:
             assert torch.allclose(grads[n], p.grad / count, atol=1e-6, rtol=0), n
+
+
+def test_a_padded_pack_trains_as_the_unpadded_one(processor, model64):
+    """Padding a packed row up to a fixed multiple (one compiled shape) changes no loss or gradient: the padding is
+    a sample of its own, with no labels, attending to itself only. The real-token count leaves it out."""
+    examples = [{"messages": SINGLE, "images": [image(300, 200, 250)]},
+                {"messages": THREE, "images": [image(200, 500, 30)]}]
+    rope = RopeIndex(model64.config)
+    plain = GradingCollator(processor, 4096, packing=True, rope_index=rope)(examples)
+    padded = GradingCollator(processor, 4096, packing=True, rope_index=rope, pad_to_multiple_of=1024)(examples)
+    real = plain["input_ids"].shape[1]
+    assert plain[REAL_TOKENS_KEY] == padded[REAL_TOKENS_KEY] == real
+    assert padded["input_ids"].shape[1] == 1024 * -(-real // 1024) > real
+    assert (padded["labels"][0, real:] == IGNORE_INDEX).all()
+    assert padded["position_ids"][:, 0, real].eq(0).all()  # the padding starts a sample of its own
+
+    def loss_and_grads(batch):
+        model64.zero_grad()
+        loss = model64(**{k: v for k, v in batch.items() if k != REAL_TOKENS_KEY}, use_cache=False).loss
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model64.named_parameters() if p.grad is not None}
+
+    (loss, grads), (padded_loss, padded_grads) = loss_and_grads(plain), loss_and_grads(padded)
+    assert padded_loss == pytest.approx(loss, rel=1e-9)
+    assert padded_grads.keys() == grads.keys()
+    assert all(torch.allclose(padded_grads[n], grads[n], atol=1e-9, rtol=0) for n in grads)
 
 
 def test_overlong_sample_is_refused(processor):

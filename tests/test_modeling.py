@@ -154,7 +154,7 @@ def test_packed_copies_get_identical_logits_without_extra_keywords(family_model_
     attends across the pack boundary."""
     from PIL import Image
 
-    from gbtrain.train.collator import GradingCollator, RopeIndex
+    from gbtrain.train.collator import GradingCollator, RopeIndex, pop_real_tokens
     from gbtrain.train.modeling import load_model, load_processor
 
     model = load_model(cfg(family_model_dir)).eval()
@@ -163,8 +163,99 @@ def test_packed_copies_get_identical_logits_without_extra_keywords(family_model_
               "images": [Image.new("RGB", (300, 200), (180, 180, 180))]}
     packed = GradingCollator(load_processor(family_model_dir, budget_for(family_model_dir)), 4096, packing=True,
                              rope_index=RopeIndex(model.config))([sample, sample])
+    pop_real_tokens(packed)
     with torch.no_grad():
         logits = model(**packed).logits[0]
     half = logits.shape[0] // 2
     assert packed["input_ids"].shape[1] == 2 * half
     assert torch.allclose(logits[:half], logits[half:], atol=1e-5)
+
+
+class VisionGraphRecorder:
+    """Records, for every module call inside the vision tower, whether its output requires grad (a global module
+    hook: it sees the model the recipe builds itself). The merger's calls are kept apart: it trains."""
+
+    def __init__(self):
+        self.tower: set[int] = set()
+        self.merger: set[int] = set()
+        self.graph_in_tower: list[str] = []
+        self.merger_outputs_with_grad = 0
+
+    def _enter(self, module, args):
+        if type(module).__name__ in ("Qwen2_5_VisionTransformerPretrainedModel", "Qwen3VLVisionModel"):
+            for name, sub in module.named_modules():
+                (self.merger if "merger" in name else self.tower).add(id(sub))
+            self.tower -= self.merger
+
+    def _leave(self, module, args, output):
+        tensors = [output] if torch.is_tensor(output) else [t for t in (getattr(output, "last_hidden_state", None),
+                                                                        *(output if isinstance(output, tuple) else ()))
+                                                            if torch.is_tensor(t)]
+        grad = any(t.requires_grad for t in tensors)
+        if id(module) in self.merger:
+            self.merger_outputs_with_grad += grad
+        elif id(module) in self.tower and grad:
+            self.graph_in_tower.append(type(module).__name__)
+
+    def __enter__(self):
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self.handles = [register_module_forward_pre_hook(self._enter), register_module_forward_hook(self._leave)]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.mark.slow
+def test_the_recipe_keeps_the_frozen_tower_out_of_autograd(tiny_model_dir, sft_dir, tmp_path):
+    """The recipe's own trainer (TRL's SFTTrainer with PEFT and checkpointing, which hooks the input embeddings):
+    no activation of the frozen tower requires grad, while the trained merger's do."""
+    from gbtrain.train.trainer import train
+
+    run = cfg(tiny_model_dir, dataset=str(sft_dir), output_dir=str(tmp_path / "run"), finetune="lora",
+              lora=LoraSettings(r=4, alpha=8), freeze=FreezeSettings(vision_tower=True, merger=False),
+              gradient_checkpointing=True, max_steps=2, save_steps=10, eval_steps=10, report_to=[],
+              limit_train_samples=8, limit_eval_samples=2, max_length=4096, pack_tokens=4096)
+    with VisionGraphRecorder() as recorder:
+        summary = train(run)
+    assert summary["global_step"] == 2
+    assert recorder.tower and not recorder.graph_in_tower
+    assert recorder.merger_outputs_with_grad > 0
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointing_leaves_the_frozen_tower_out_of_autograd(family_model_dir, reentrant):
+    """Both checkpointing modes (ZeRO-3 with PEFT forces the reentrant one) and the hooks PEFT and TRL add."""
+    model = setup_model(cfg(family_model_dir, finetune="lora", gradient_checkpointing=True)).train()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    model.enable_input_require_grads()
+    inputs = vision_batch(family_model_dir)
+    with VisionGraphRecorder() as recorder:
+        model(**inputs).loss.backward()
+    assert recorder.tower and not recorder.graph_in_tower
+    assert recorder.merger_outputs_with_grad > 0
+    assert all(p.grad is None for n, p in model.named_parameters() if ".visual.blocks." in n)
+
+
+def test_a_tower_put_back_into_autograd_is_refused(tiny_model_dir):
+    """With the requires-grad hook put back on the tower's patch embedding, the first block names the bug."""
+    from gbtrain.train.modeling import backbone
+
+    model = setup_model(cfg(tiny_model_dir, finetune="lora", gradient_checkpointing=True)).train()
+    backbone(model).visual.patch_embed.register_forward_hook(lambda module, args, output: output.requires_grad_(True))
+    with pytest.raises(RuntimeError, match=r"frozen vision tower .* requires grad, so it would be back-propagated"):
+        model(**vision_batch(tiny_model_dir))
+
+
+def vision_batch(model_dir) -> dict:
+    from PIL import Image
+
+    from gbtrain.train.collator import GradingCollator
+    from gbtrain.train.modeling import load_processor
+
+    sample = {"messages": [{"role": "user", "content": "Grade the page."},
+                           {"role": "assistant", "content": '[{"bbox_2d": [1, 2, 3, 4], "text": "A"}]'}],
+              "images": [Image.new("RGB", (120, 90), "white")]}
+    return GradingCollator(load_processor(model_dir, budget_for(model_dir)), 4096)([sample])

@@ -12,7 +12,11 @@ so gbtrain brings its own collator:
   Position ids are ``[4, 1, L]``: row 0 restarts at 0 for every sample (transformers builds a
   block-diagonal causal mask from it for sdpa/eager/flex, and flash-attention uses varlen), rows 1-3
   are each sample's mRoPE ids from the model's own ``get_rope_index``. With ``seq_lens=True`` a packed
-  row also carries its samples' lengths for the flash-attn varlen kernel (gbtrain.train.attention).
+  row also carries its samples' lengths for the flash-attn varlen kernel (gbtrain.train.attention). With
+  ``pad_to_multiple_of`` a row is padded up to a multiple of that many tokens by a padding sample of its own
+  (positions restarting at 0, no labels: it attends to itself only, and changes no sample's loss or gradient), so a
+  compiled kernel sees a few row lengths instead of one per pack. Packed rows carry their count of real tokens
+  (``REAL_TOKENS_KEY``, taken out before the model call) for the throughput meter.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from gbtrain.families import family_of_config
 from gbtrain.train.attention import SEQ_LENS_KEY
 
 IGNORE_INDEX = -100
+REAL_TOKENS_KEY = "num_real_tokens"  # a packed row's tokens less its padding sample (an int; not a model input)
 
 
 @dataclass
@@ -176,16 +181,33 @@ class GradingCollator:
                 **self._vision(samples)}
 
     def pack(self, samples: list[EncodedSample]) -> dict[str, torch.Tensor]:
+        real = sum(len(s) for s in samples)
+        mrope = [self.rope_index(s) for s in samples]
+        if self.pad_to_multiple_of and real % self.pad_to_multiple_of:
+            n = self.pad_to_multiple_of - real % self.pad_to_multiple_of
+            samples = [*samples, EncodedSample(torch.full((n,), self.pad_id), torch.full((n,), IGNORE_INDEX),
+                                               torch.zeros(n, dtype=torch.long), None, None)]
+            mrope.append(torch.arange(n).expand(3, n))
         text_pos = torch.cat([torch.arange(len(s)) for s in samples])
-        mrope = torch.cat([self.rope_index(s) for s in samples], dim=1)
         return {
             "input_ids": torch.cat([s.input_ids for s in samples])[None],
             "labels": torch.cat([s.labels for s in samples])[None],
             "mm_token_type_ids": torch.cat([s.mm_token_type_ids for s in samples])[None],
-            "position_ids": torch.cat([text_pos[None], mrope])[:, None, :],
+            "position_ids": torch.cat([text_pos[None], torch.cat(mrope, dim=1)])[:, None, :],
             **self._vision(samples),
             **({SEQ_LENS_KEY: [len(s) for s in samples]} if self.seq_lens else {}),
+            REAL_TOKENS_KEY: real,
         }
+
+
+def pop_real_tokens(batch: dict) -> int:
+    """Take a packed row's REAL_TOKENS_KEY out of the batch (it is no model input) and return the tokens that are not
+    padding: that count, or for a padded batch its attention mask's sum."""
+    real = batch.pop(REAL_TOKENS_KEY, None)
+    if real is not None:
+        return int(real)
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
 
 
 def plan_packs(lengths: list[int], budget: int, seed: int = 0) -> list[list[int]]:

@@ -48,7 +48,9 @@ def _range_problems(cfg: TrainConfig) -> list[str]:
     """Numbers outside their range (NaN included): each would train something other than what was asked."""
     at_least = {"lr.llm": (cfg.lr.llm, 0), "lr.merger": (cfg.lr.merger, 0), "lr.vision_tower": (cfg.lr.vision_tower, 0),
                 "lora.r": (cfg.lora.r, 1), "lora.alpha": (cfg.lora.alpha, 1e-12), "max_length": (cfg.max_length, 1),
-                "pack_tokens": (cfg.pack_tokens, 1), "per_device_batch_size": (cfg.per_device_batch_size, 1),
+                "pack_tokens": (cfg.pack_tokens, 1), "pack_length_multiple": (cfg.pack_length_multiple, 0),
+                "checkpoint_every_n_layers": (cfg.checkpoint_every_n_layers, 1),
+                "per_device_batch_size": (cfg.per_device_batch_size, 1),
                 "gradient_accumulation_steps": (cfg.gradient_accumulation_steps, 1),
                 "num_train_epochs": (cfg.num_train_epochs, 1e-12), "weight_decay": (cfg.weight_decay, 0),
                 "max_grad_norm": (cfg.max_grad_norm, 1e-12), "eval_steps": (cfg.eval_steps, 1),
@@ -190,6 +192,8 @@ def setup_model(cfg: TrainConfig, fp32_trainable: bool = True):
     bf16 autocast): AdamW steps of ~1e-5 relative size round to nothing in bf16. DeepSpeed keeps fp32
     master weights itself, so the recipe passes False under it."""
     model = load_model(cfg)
+    if cfg.freeze.vision_tower:  # before PEFT, whose QLoRA preparation hooks the input embeddings
+        keep_frozen_tower_out_of_autograd(model)
     if cfg.attn_implementation == "flash_attention_2" and cfg.packing:
         precompute_varlen_kwargs(model)
     if cfg.finetune == "full":
@@ -238,6 +242,36 @@ def backbone(model):
         raise ValueError(f"no backbone of a supported family ({', '.join(sorted(classes))}) found in "
                          f"{type(model).__name__}")
     return inner
+
+
+def keep_frozen_tower_out_of_autograd(model) -> None:
+    """A frozen vision tower builds no graph, so it is neither recomputed nor back-propagated.
+
+    `enable_input_require_grads()` (called by `gradient_checkpointing_enable()`, by TRL's SFTTrainer for PEFT with
+    checkpointing, and by PEFT's QLoRA preparation) hooks the input embeddings of every sub-model that names them;
+    Qwen2.5-VL's tower names its `patch_embed`, whose output then requires grad, and the whole frozen tower (a Python
+    loop over windows in each of its 32 blocks) ran its backward every step. Nothing upstream of the merger trains, so
+    the tower reports no input embeddings, its blocks are never checkpointed (there is nothing to recompute; the
+    trainer enables checkpointing on every layer when training starts, so it is switched off at each call), and its
+    first block refuses an input that requires grad: a bug that would otherwise cost time silently."""
+    visual = backbone(model).visual
+    visual.get_input_embeddings = lambda: None
+    name = type(visual).__name__
+
+    def no_checkpointing(module, args, kwargs):
+        for block in module.blocks:
+            block.gradient_checkpointing = False
+        return None
+
+    def refuse_graph(module, args, kwargs):
+        hidden = args[0] if args else next(iter(kwargs.values()))
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            raise RuntimeError(f"gbtrain bug: the frozen vision tower ({name}) receives an input that requires grad, "
+                               f"so it would be back-propagated every step; something hooked its input embeddings")
+        return None
+
+    visual.register_forward_pre_hook(no_checkpointing, with_kwargs=True)
+    visual.blocks[0].register_forward_pre_hook(refuse_graph, with_kwargs=True)
 
 
 def always_run_vision_tower(model) -> None:

@@ -25,7 +25,7 @@ from gbtrain.data.sft_dataset import (
 )
 from gbtrain.files import write_atomic
 from gbtrain.train.checkpoints import RUN_RECORD, mark_complete, resume_point
-from gbtrain.train.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs
+from gbtrain.train.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs, pop_real_tokens
 from gbtrain.train.modeling import (
     check_options,
     llm_parameter_count,
@@ -139,9 +139,9 @@ class GradingSFTTrainer(SFTTrainer):
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        real = pop_real_tokens(inputs)
         if model.training:
-            mask = inputs.get("attention_mask")
-            self.meter.add(int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel()))
+            self.meter.add(real)
         return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
 
@@ -192,7 +192,8 @@ def sft_config(cfg: TrainConfig, has_eval: bool) -> SFTConfig:
         num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps, learning_rate=cfg.lr.llm,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, lr_scheduler_type=cfg.lr_scheduler,
         max_grad_norm=cfg.max_grad_norm, gradient_checkpointing=cfg.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False}, bf16=bf16, use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing_kwargs={"use_reentrant": False, "every_n_layers": cfg.checkpoint_every_n_layers},
+        bf16=bf16, use_cpu=not torch.cuda.is_available(),
         eval_strategy="steps" if has_eval else "no", eval_steps=cfg.eval_steps, save_strategy="steps",
         save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit, logging_steps=cfg.logging_steps,
         report_to=list(cfg.report_to), seed=cfg.seed, dataloader_num_workers=cfg.dataloader_num_workers,
@@ -301,7 +302,8 @@ def train(cfg: TrainConfig) -> dict:
     rope = RopeIndex(model.config if not hasattr(model, "peft_config") else model.base_model.model.config)
     collators = {split: GradingCollator(processor, cfg.max_length, packing=cfg.packing,
                                         rope_index=rope if cfg.packing else None, source=sources[split],
-                                        seq_lens=cfg.attn_implementation == "flash_attention_2")
+                                        seq_lens=cfg.attn_implementation == "flash_attention_2",
+                                        pad_to_multiple_of=(cfg.pack_length_multiple or None) if cfg.packing else None)
                  for split in ("train", "eval")}
     coords = dataset_coords(cfg.dataset)  # the evaluator reads it, so a model trained otherwise is not misread
     record = CheckpointRecord(coords, budget, dataset_l2_margin(cfg.dataset)) if coords else None
