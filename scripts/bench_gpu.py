@@ -1,17 +1,21 @@
-"""Training throughput of the real-size architecture on one GPU: naive padded batches vs packed rows with
-sdpa, flex attention (and flash-attn varlen where installed), with and without gradient checkpointing.
+"""Training throughput of the real-size architecture on one GPU, lever by lever, as the recipe runs them.
 
     PYTHONPATH=. python scripts/bench_gpu.py --model-config configs/bench/qwen25vl_7b \
         --lengths configs/bench/mixed_l1_l3_lengths.json | tee bench_gpu.jsonl
 
-It needs only torch, transformers, peft and gbtrain (plus omegaconf, which gbtrain's configs use): no
-trl, datasets, deepspeed, vllm or flash-attn, so it runs on a bare GPU machine. The model is built from
-config.json alone with random bf16 weights (`model_init=random`), set up by the recipe's own
-`setup_model` (LoRA r=64 on the LLM linears, vision frozen, merger trained). Samples are synthetic token
-rows with the lengths and image grids recorded from a built SFT set (one L3 page, three L1 crops,
-repeated), so no pages travel. Each mode runs in a child process (its own peak memory) and prints one
-JSON line: real (non-padding) tokens/s, computed tokens, peak memory, MFU (4N FLOPs per real token for
-LoRA, 6N for full; N = LLM parameters). A last line gives each mode's ratio to the first.
+A mode names the recipe's levers (`--modes`, e.g. `naive-sdpa-gc`, `packed-8k-flex-liger`): padded batches or
+packed rows (every row padded to its pack length, `pack_length_multiple`, so compiled kernels see one shape),
+sdpa / flex attention / flash-attn varlen, checkpointing of every (or every n-th) layer, Liger kernels (through
+transformers' own integration, as `liger: true` makes the Trainer apply them), the frozen-vision feature cache.
+It needs only torch, transformers, peft and gbtrain (plus omegaconf, and liger-kernel for its modes): no trl,
+datasets, deepspeed or vllm, so it runs on a bare GPU machine. The model is built from config.json alone with
+random bf16 weights (`model_init=random`), set up by the recipe's own `setup_model` (LoRA r=64 on the LLM linears,
+vision frozen, merger trained) plus what TRL and the Trainer add. Samples are synthetic token rows with the lengths
+and image grids recorded from a built SFT set (one L3 page, three L1 crops, repeated), batched by the collator's
+own code. Each mode runs in a child process (its own peak memory; `--timeout` stops it) and prints one JSON line:
+real (non-padding) tokens/s, packing efficiency, peak memory, MFU (4N FLOPs per real token for LoRA, 6N for full;
+N = LLM parameters), build and warm-up (compile) seconds, and with `--profile` one profiled step. A last line gives
+each mode's ratio to the first. scripts/device_harness.py runs it as one part of the device check.
 
 Record the lengths of a built set (on a machine with `datasets`):
     python scripts/bench_gpu.py --record-lengths runs/sft --samples 64 --out configs/bench/mixed_l1_l3_lengths.json
@@ -31,15 +35,39 @@ from bench_child import emit, run_child
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.config import option
 
-# mode -> (packed, attention, gradient checkpointing)
-MODES = {
-    "naive-sdpa-gc": (False, "sdpa", True),
-    "packed-sdpa-gc": (True, "sdpa", True),
-    "packed-flex-gc": (True, "flex_attention", True),
-    "packed-flex": (True, "flex_attention", False),
-    "packed-fa2-gc": (True, "flash_attention_2", True),
-}
-DEFAULT_MODES = "naive-sdpa-gc,packed-sdpa-gc,packed-flex-gc,packed-flex"
+# A mode is a dash-joined list of the recipe's levers, e.g. packed-8k-flex-liger or naive-sdpa-gc:
+ATTENTION = {"sdpa": "sdpa", "flex": "flex_attention", "fa2": "flash_attention_2"}
+LAYOUTS = ("naive", "packed")
+DEFAULT_MODES = ("naive-sdpa-gc,packed-16k-sdpa-gc,packed-8k-flex-liger,packed-8k-sdpa-liger,packed-8k-flex-liger-gc2,"
+                 "packed-16k-flex-liger-gc")
+MODE_HELP = ("naive|packed (padded batches or packed rows), sdpa|flex|fa2, optional 8k/16k (tokens per packed row), "
+             "gc or gcN (checkpoint every (N-th) layer; absent: none), liger, cache (frozen merger, feature cache)")
+
+
+def mode_settings(mode: str, pack_tokens: int) -> dict:
+    """The TrainConfig values a mode name stands for (packed rows padded to one fixed length: one compiled shape)."""
+    settings = {"gradient_checkpointing": False, "liger": False, "pack_tokens": pack_tokens}
+    for token in mode.split("-"):
+        if token in LAYOUTS:
+            settings["packing"] = token == "packed"
+        elif token in ATTENTION:
+            settings["attn_implementation"] = ATTENTION[token]
+        elif token.endswith("k") and token[:-1].isdigit() and int(token[:-1]) > 0:
+            settings["pack_tokens"] = int(token[:-1]) * 1024
+        elif token == "gc" or (token.startswith("gc") and token[2:].isdigit() and int(token[2:]) > 0):
+            settings["gradient_checkpointing"] = True
+            settings["checkpoint_every_n_layers"] = int(token[2:] or 1)
+        elif token == "liger":
+            settings["liger"] = True
+        elif token == "cache":
+            settings["vision_cache_mib"] = 8192
+        else:
+            raise ValueError(f"mode {mode!r}: unknown part {token!r} ({MODE_HELP})")
+    if "packing" not in settings or "attn_implementation" not in settings:
+        raise ValueError(f"mode {mode!r} names no layout or no attention ({MODE_HELP})")
+    settings["max_length"] = settings["pack_tokens"]
+    settings["pack_length_multiple"] = settings["pack_tokens"] if settings["packing"] else 0
+    return settings
 
 
 def record_lengths(data: str, samples: int, out: str) -> None:
@@ -74,10 +102,12 @@ def record_lengths(data: str, samples: int, out: str) -> None:
     print(json.dumps({"recorded": len(rows), "out": out}))
 
 
-def synthetic_rows(model, lengths: list[dict], device: str):
-    """One token row per recorded sample: prompt text, the image block, answer tokens (labelled), with the
-    model's own mRoPE positions and random pixels of the recorded grid."""
+def synthetic_rows(model, lengths: list[dict], device: str) -> list[tuple]:
+    """One (EncodedSample, mRoPE ids) per recorded sample: prompt text, the image block, answer tokens (labelled),
+    with the model's own mRoPE positions and random pixels of the recorded grid."""
     import torch
+
+    from gbtrain.train.collator import EncodedSample
 
     cfg = model.config
     text = cfg.get_text_config()
@@ -100,102 +130,142 @@ def synthetic_rows(model, lengths: list[dict], device: str):
         one = {"input_ids": ids[None], "mm_token_type_ids": mm[None], "image_grid_thw": grid,
                "attention_mask": torch.ones_like(ids)[None]}
         pos, _ = model.model.get_rope_index(**{k: v.to(device) for k, v in one.items()})
-        rows.append({"input_ids": ids, "labels": labels, "mm_token_type_ids": mm, "image_grid_thw": grid,
-                     "pixel_values": torch.randn(t * h * w, 3 * 2 * 14 * 14), "mrope": pos[:, 0].cpu()})
+        patches = torch.randn(t * h * w, cfg.vision_config.in_channels * cfg.vision_config.temporal_patch_size
+                              * cfg.vision_config.patch_size ** 2)
+        rows.append((EncodedSample(ids, labels, mm, patches, grid), pos[:, 0].cpu()))
     return rows
 
 
-def padded_batch(rows: list[dict], pad_id: int) -> dict:
+def batches_for(settings: dict, rows: list[tuple], pad_id: int, naive_batch: int) -> list[dict]:
+    """The mode's batches, made by the collator's own code: packed rows (planned as the trainer plans them) or
+    padded batches of `naive_batch` samples."""
+    from gbtrain.train.collator import pack_samples, pad_samples, plan_packs
+
+    samples = [s for s, _ in rows]
+    if settings["packing"]:
+        packs = plan_packs([len(s) for s in samples], settings["pack_tokens"])
+        return [pack_samples([samples[i] for i in p], [rows[i][1] for i in p], pad_id,
+                             settings["pack_length_multiple"],
+                             seq_lens=settings["attn_implementation"] == "flash_attention_2") for p in packs]
+    return [pad_samples(samples[i:i + naive_batch], pad_id) for i in range(0, len(samples), naive_batch)]
+
+
+def prepared_model(cfg, device: str):
+    """The model as the recipe's trainer runs it: setup_model, then what TRL and transformers' Trainer add
+    (checkpointing with its every-n-layers choice, the input-embedding hooks TRL adds for PEFT, Liger kernels
+    through transformers' own integration, the feature cache)."""
     import torch
 
-    length = max(len(r["input_ids"]) for r in rows)
-    batch = {"input_ids": torch.full((len(rows), length), pad_id), "labels": torch.full((len(rows), length), -100),
-             "attention_mask": torch.zeros((len(rows), length), dtype=torch.long),
-             "mm_token_type_ids": torch.zeros((len(rows), length), dtype=torch.long)}
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        for key in ("input_ids", "labels", "mm_token_type_ids"):
-            batch[key][i, :n] = r[key]
-        batch["attention_mask"][i, :n] = 1
-    return batch | _vision(rows)
+    from gbtrain.train.modeling import setup_model
+    from gbtrain.train.vision_cache import install_vision_cache
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = setup_model(cfg)
+    model.train()
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
+                                            every_n_layers=cfg.checkpoint_every_n_layers)
+        if hasattr(model, "peft_config"):
+            model.enable_input_require_grads()
+    if cfg.liger:
+        from transformers.integrations.liger import apply_liger_kernel
+
+        apply_liger_kernel(model, None)
+    cache = install_vision_cache(model, cfg.vision_cache_mib) if cfg.vision_cache_mib else None
+    return model, cache
 
 
-def packed_row(rows: list[dict], seq_lens: bool) -> dict:
+def train_config(args, mode: str):
+    from gbtrain.config import FreezeSettings, LoraSettings, TrainConfig
+
+    settings = mode_settings(mode, args.pack_tokens)
+    freeze = FreezeSettings(vision_tower=True, merger="vision_cache_mib" in settings)
+    lora = LoraSettings(r=args.lora_r, alpha=2 * args.lora_r, dropout=0.0)
+    return TrainConfig(model=args.model_config, dataset="-", output_dir="-", model_init="random",
+                       finetune=args.finetune, lora=lora, freeze=freeze, **settings), settings
+
+
+def step(model, batch: dict, device: str, bf16: bool, optimizer) -> tuple[float, int, int]:
+    """One optimizer step on one batch; returns the loss and the batch's real and computed tokens."""
     import torch
 
-    from gbtrain.train.attention import SEQ_LENS_KEY
+    from gbtrain.train.collator import pop_real_tokens
 
-    text = torch.cat([torch.arange(len(r["input_ids"])) for r in rows])
-    batch = {key: torch.cat([r[key] for r in rows])[None] for key in ("input_ids", "labels", "mm_token_type_ids")}
-    batch["position_ids"] = torch.cat([text[None], torch.cat([r["mrope"] for r in rows], dim=1)])[:, None, :]
-    if seq_lens:
-        batch[SEQ_LENS_KEY] = [len(r["input_ids"]) for r in rows]
-    return batch | _vision(rows)
+    batch = dict(batch)
+    real = pop_real_tokens(batch)
+    batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):  # as the trainer's bf16=True does
+        loss = model(**batch, use_cache=False).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, real, batch["input_ids"].numel()
 
 
-def _vision(rows: list[dict]) -> dict:
+def profile_step(run_one, device: str, top: int) -> dict:
+    """One step under torch.profiler: operator calls, and the top operators by self CPU time and by self device
+    time (CUDA kernels on a GPU); where the step's time goes, Python and dispatch overhead included."""
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
-    return {"pixel_values": torch.cat([r["pixel_values"] for r in rows]),
-            "image_grid_thw": torch.cat([r["image_grid_thw"] for r in rows])}
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        run_one()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+
+    def row(e) -> dict:
+        return {"name": e.key[:120], "calls": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 2),
+                "self_device_ms": round(getattr(e, "self_device_time_total", 0) / 1e3, 2)}
+
+    cpu_ops = [e for e in events if e.key.startswith("aten::")]
+    return {"wall_s": round(wall, 3), "aten_calls": sum(e.count for e in cpu_ops),
+            "self_cpu_s": round(sum(e.self_cpu_time_total for e in events) / 1e6, 3),
+            "self_device_s": round(sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6, 3),
+            "top_cpu": [row(e) for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]],
+            "top_device": [row(e) for e in sorted(events, key=lambda e: -getattr(e, "self_device_time_total", 0))
+                           [:top]] if device == "cuda" else []}
 
 
 def run_mode(args) -> dict:
     import torch
 
-    from gbtrain.config import LoraSettings, TrainConfig
-    from gbtrain.train.collator import plan_packs
-    from gbtrain.train.modeling import check_options, llm_parameter_count, parameter_groups, setup_model, train_dtype
+    from gbtrain.train.modeling import check_options, llm_parameter_count, parameter_groups, train_dtype
 
-    packed, attn, checkpointing = MODES[args.mode]
-    cfg = TrainConfig(model=args.model_config, dataset="-", output_dir="-", model_init="random", finetune=args.finetune,
-                      lora=LoraSettings(r=args.lora_r, alpha=2 * args.lora_r, dropout=0.0),
-                      attn_implementation=attn, gradient_checkpointing=checkpointing, packing=packed,
-                      pack_tokens=args.pack_tokens, max_length=args.pack_tokens)
+    cfg, settings = train_config(args, args.mode)
     check_options(cfg)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = setup_model(cfg)
-    model.train()
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()
+    built = time.perf_counter()
+    model, cache = prepared_model(cfg, device)
     base = model.base_model.model if hasattr(model, "peft_config") else model
     with open(args.lengths, encoding="utf-8") as f:
         lengths = json.load(f)["samples"]
-    rows = synthetic_rows(base, lengths, device)
-    if packed:
-        packs = plan_packs([len(r["input_ids"]) for r in rows], args.pack_tokens)
-        batches = [packed_row([rows[i] for i in p], attn == "flash_attention_2") for p in packs]
-    else:
-        pad_id = base.config.get_text_config().pad_token_id or 0
-        batches = [padded_batch(rows[i:i + args.naive_batch], pad_id) for i in range(0, len(rows), args.naive_batch)]
+    batches = batches_for(settings, synthetic_rows(base, lengths, device),
+                          base.config.get_text_config().pad_token_id or 0, args.naive_batch)
     optimizer = torch.optim.AdamW([{k: v for k, v in g.items() if k not in ("names", "part")}
                                    for g in parameter_groups(model, cfg)])
     bf16 = train_dtype(cfg) == torch.bfloat16
+    build_s = time.perf_counter() - built
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     real = computed = steps = 0
-    start = None
-    for step in range(10**6):
-        if step == args.warmup_steps:
+    start = warm = None
+    first = time.perf_counter()
+    for n in range(10**6):
+        if n == args.warmup_steps:
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
+            warm = start - first  # the first steps' compile (flex attention, Liger's Triton kernels) included
         elif start is not None and (time.perf_counter() - start > args.seconds or steps >= args.max_steps):
             break
-        batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batches[step % len(batches)].items()}
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):  # as the trainer's bf16=True does
-            loss = model(**batch, use_cache=False).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss, r, c = step(model, batches[n % len(batches)], device, bf16, optimizer)
         if start is not None:
-            mask = batch.get("attention_mask")
-            real += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-            computed += batch["input_ids"].numel()
-            steps += 1
+            real, computed, steps = real + r, computed + c, steps + 1
     if device == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
@@ -204,12 +274,17 @@ def run_mode(args) -> dict:
     flops_per_token = (6 if cfg.finetune == "full" else 4) * llm_parameter_count(model)
     tokens_per_s = real / elapsed
     mfu = tokens_per_s * flops_per_token / (args.peak_tflops * 1e12) if device == "cuda" else None
-    return {"mode": args.mode, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "attention": attn, "packed": packed, "gradient_checkpointing": checkpointing, "steps_timed": steps,
-            "real_tokens_per_s": round(tokens_per_s, 1), "packing_efficiency": round(real / computed, 4),
-            "peak_memory_gib": round(peak / 2**30, 2), "mfu": round(mfu, 4) if mfu is not None else None,
-            "peak_memory_kind": "cuda max allocated" if device == "cuda" else "process max RSS",
-            "final_loss": round(loss.item(), 4)}
+    result = {"mode": args.mode, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+              "settings": settings, "steps_timed": steps, "build_s": round(build_s, 1),
+              "warmup_s": round(warm, 1), "step_s": round(elapsed / max(steps, 1), 3),
+              "real_tokens_per_s": round(tokens_per_s, 1), "packing_efficiency": round(real / computed, 4),
+              "peak_memory_gib": round(peak / 2**30, 2), "mfu": round(mfu, 4) if mfu is not None else None,
+              "peak_memory_kind": "cuda max allocated" if device == "cuda" else "process max RSS",
+              "final_loss": round(loss.item(), 4), **(cache.summary() if cache else {})}
+    if args.profile:
+        result["profile"] = profile_step(lambda: step(model, batches[0], device, bf16, optimizer), device,
+                                         args.profile_top)
+    return result
 
 
 @dataclass
@@ -218,20 +293,32 @@ class BenchGpu:
 
     model_config: str | None = option(None, "folder with the architecture's config.json (weights are random)")
     lengths: str | None = option(None, "recorded sample lengths (JSON from --record-lengths)")
-    modes: str = option(DEFAULT_MODES, f"comma-separated, from: {', '.join(MODES)}")
+    modes: str = option(DEFAULT_MODES, f"comma-separated modes, each a dash-joined list of: {MODE_HELP}")
     seconds: float = option(45.0, "timed seconds per mode (after the warm-up steps)")
     max_steps: int = option(10**6, "at most this many timed steps per mode")
-    warmup_steps: int = option(3, "untimed first steps (flex attention compiles for the first and second shapes)")
+    warmup_steps: int = option(3, "untimed first steps (flex attention and Liger compile in the first)")
     naive_batch: int = option(4, "samples per padded batch (naive mode)")
-    pack_tokens: int = option(16384, "tokens per packed row")
+    pack_tokens: int = option(16384, "tokens per packed row where a mode names none (every row padded to it)")
     finetune: str = option("lora", "what is trained", choices=("lora", "full"))
     lora_r: int = option(64, "LoRA rank (alpha is twice it)")
     peak_tflops: float = option(989.0, "dense bf16 peak of the GPU, for MFU")
+    timeout: float = option(600.0, "seconds each mode's process may take (build, compile and timing) before it is "
+                                   "stopped and reported as timed out")
+    profile: bool = option(False, "after timing, profile one step of each mode (top operators by self CPU and "
+                                  "device time, operator calls)")
+    profile_top: int = option(15, "with --profile: operators listed per table")
     record_lengths: str | None = option(None, "a built SFT folder: write the lengths of its samples and stop")
     samples: int = option(64, "with --record-lengths: samples to record")
     out: str | None = option(None, "with --record-lengths: the JSON file to write")
-    mode: str | None = option(None, "run this mode only, in this process (what each child runs)",
-                              choices=tuple(MODES))
+    mode: str | None = option(None, "run this mode only, in this process (what each child runs)")
+
+
+def as_flag(name: str, value) -> str:
+    """An option as the child's command line takes it (a boolean as --name or --no-name)."""
+    flag = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{flag}" if value else f"--no-{flag}"
+    return f"--{flag}={value}"
 
 
 def main() -> None:
@@ -241,24 +328,27 @@ def main() -> None:
             raise ValueError("--record-lengths needs --out")
         if not args.record_lengths and not (args.model_config and args.lengths):
             raise ValueError("--model-config and --lengths are required")
-        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        unknown = [m for m in modes if m not in MODES]
-        if unknown:
-            raise ValueError(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+        modes = [m.strip() for m in (args.mode or args.modes).split(",") if m.strip()]
+        for mode in modes:
+            mode_settings(mode, args.pack_tokens)
+        if args.mode:  # a setting this machine cannot run (flex attention or Liger on a CPU) is one line
+            from gbtrain.train.modeling import check_options
+
+            check_options(train_config(args, args.mode)[0])
     if args.record_lengths:
         record_lengths(args.record_lengths, args.samples, args.out)
         return
     if args.mode:
         emit(run_mode(args))
         return
-    passed = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(args).items()
+    passed = [as_flag(k, v) for k, v in asdict(args).items()
               if v is not None and k not in ("modes", "mode", "record_lengths", "out", "samples")]
     results = []
     for mode in modes:
         cmd = [sys.executable, __file__, *passed, "--mode", mode]
         try:
-            result = run_child(cmd, f"{mode} run", dict(os.environ))
-        except SystemExit as e:  # one failing mode (e.g. out of memory) does not lose the others' figures
+            result = run_child(cmd, f"{mode} run", dict(os.environ), timeout=args.timeout)
+        except SystemExit as e:  # one failing mode (out of memory, a timeout) does not lose the others' figures
             lines = [ln for ln in str(e.code).splitlines() if ln.strip()]
             result = {"mode": mode, "error": " ".join(lines[-2:])[-400:]}
         print(json.dumps({"bench": "gpu_train", **result}), flush=True)

@@ -159,45 +159,59 @@ class GradingCollator:
         samples = self.encode_all(examples)
         return self.pack(samples) if self.packing else self.pad(samples)
 
-    @staticmethod
-    def _vision(samples: list[EncodedSample]) -> dict[str, torch.Tensor]:
-        pv = [s.pixel_values for s in samples if s.pixel_values is not None]
-        grid = [s.image_grid_thw for s in samples if s.image_grid_thw is not None]
-        return {"pixel_values": torch.cat(pv), "image_grid_thw": torch.cat(grid)} if pv else {}
-
     def pad(self, samples: list[EncodedSample]) -> dict[str, torch.Tensor]:
-        length = max(len(s) for s in samples)
-        if self.pad_to_multiple_of:
-            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        n = len(samples)
-        input_ids = torch.full((n, length), self.pad_id, dtype=torch.long)
-        labels = torch.full((n, length), IGNORE_INDEX, dtype=torch.long)
-        attention = torch.zeros((n, length), dtype=torch.long)
-        mm = torch.zeros((n, length), dtype=torch.long)
-        for i, s in enumerate(samples):
-            k = len(s)
-            input_ids[i, :k], labels[i, :k], attention[i, :k], mm[i, :k] = s.input_ids, s.labels, 1, s.mm_token_type_ids
-        return {"input_ids": input_ids, "labels": labels, "attention_mask": attention, "mm_token_type_ids": mm,
-                **self._vision(samples)}
+        return pad_samples(samples, self.pad_id, self.pad_to_multiple_of)
 
     def pack(self, samples: list[EncodedSample]) -> dict[str, torch.Tensor]:
-        real = sum(len(s) for s in samples)
-        mrope = [self.rope_index(s) for s in samples]
-        if self.pad_to_multiple_of and real % self.pad_to_multiple_of:
-            n = self.pad_to_multiple_of - real % self.pad_to_multiple_of
-            samples = [*samples, EncodedSample(torch.full((n,), self.pad_id), torch.full((n,), IGNORE_INDEX),
-                                               torch.zeros(n, dtype=torch.long), None, None)]
-            mrope.append(torch.arange(n).expand(3, n))
-        text_pos = torch.cat([torch.arange(len(s)) for s in samples])
-        return {
-            "input_ids": torch.cat([s.input_ids for s in samples])[None],
-            "labels": torch.cat([s.labels for s in samples])[None],
-            "mm_token_type_ids": torch.cat([s.mm_token_type_ids for s in samples])[None],
-            "position_ids": torch.cat([text_pos[None], torch.cat(mrope, dim=1)])[:, None, :],
-            **self._vision(samples),
-            **({SEQ_LENS_KEY: [len(s) for s in samples]} if self.seq_lens else {}),
-            REAL_TOKENS_KEY: real,
-        }
+        return pack_samples(samples, [self.rope_index(s) for s in samples], self.pad_id, self.pad_to_multiple_of,
+                            self.seq_lens)
+
+
+def pad_samples(samples: list[EncodedSample], pad_id: int, pad_to_multiple_of: int | None = None) -> dict:
+    """A right-padded batch of `samples` (to the longest, rounded up to `pad_to_multiple_of`) with its mask."""
+    length = max(len(s) for s in samples)
+    if pad_to_multiple_of:
+        length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+    n = len(samples)
+    input_ids = torch.full((n, length), pad_id, dtype=torch.long)
+    labels = torch.full((n, length), IGNORE_INDEX, dtype=torch.long)
+    attention = torch.zeros((n, length), dtype=torch.long)
+    mm = torch.zeros((n, length), dtype=torch.long)
+    for i, s in enumerate(samples):
+        k = len(s)
+        input_ids[i, :k], labels[i, :k], attention[i, :k], mm[i, :k] = s.input_ids, s.labels, 1, s.mm_token_type_ids
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention, "mm_token_type_ids": mm,
+            **vision_inputs(samples)}
+
+
+def pack_samples(samples: list[EncodedSample], mrope: list[torch.Tensor], pad_id: int,
+                 pad_to_multiple_of: int | None = None, seq_lens: bool = False) -> dict:
+    """One padding-free row of `samples` with their (3, L) mRoPE ids `mrope`; padded up to `pad_to_multiple_of`
+    by a sample of its own (the module docstring says why); the real-token count under REAL_TOKENS_KEY."""
+    real = sum(len(s) for s in samples)
+    mrope = list(mrope)
+    if pad_to_multiple_of and real % pad_to_multiple_of:
+        n = pad_to_multiple_of - real % pad_to_multiple_of
+        samples = [*samples, EncodedSample(torch.full((n,), pad_id), torch.full((n,), IGNORE_INDEX),
+                                           torch.zeros(n, dtype=torch.long), None, None)]
+        mrope.append(torch.arange(n).expand(3, n))
+    text_pos = torch.cat([torch.arange(len(s)) for s in samples])
+    return {
+        "input_ids": torch.cat([s.input_ids for s in samples])[None],
+        "labels": torch.cat([s.labels for s in samples])[None],
+        "mm_token_type_ids": torch.cat([s.mm_token_type_ids for s in samples])[None],
+        "position_ids": torch.cat([text_pos[None], torch.cat(mrope, dim=1)])[:, None, :],
+        **vision_inputs(samples),
+        **({SEQ_LENS_KEY: [len(s) for s in samples]} if seq_lens else {}),
+        REAL_TOKENS_KEY: real,
+    }
+
+
+def vision_inputs(samples: list[EncodedSample]) -> dict[str, torch.Tensor]:
+    """The samples' image patches and grids, concatenated in order (none for text-only samples)."""
+    pv = [s.pixel_values for s in samples if s.pixel_values is not None]
+    grid = [s.image_grid_thw for s in samples if s.image_grid_thw is not None]
+    return {"pixel_values": torch.cat(pv), "image_grid_thw": torch.cat(grid)} if pv else {}
 
 
 def pop_real_tokens(batch: dict) -> int:

@@ -1,0 +1,76 @@
+"""scripts/device_harness.py and scripts/check_packing.py, the device check, proven on CPU with the tiny model before a
+device is lent: its parts, their timeouts, the JSON lines under --out, and the packing check's leak control."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+HARNESS, CHECK = ROOT / "scripts" / "device_harness.py", ROOT / "scripts" / "check_packing.py"
+LENGTHS = ROOT / "configs" / "bench" / "mixed_l1_l3_lengths.json"
+
+
+def harness(out, model, *flags, timeout=600):
+    return subprocess.run([sys.executable, str(HARNESS), "--out", str(out), "--model-config", str(model),
+                           "--lengths", str(LENGTHS), "--pack-tokens", "4096", *flags],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_packing_check_passes_sdpa_and_catches_a_leaking_row(tiny_model_dir):
+    proc = subprocess.run([sys.executable, str(CHECK), "--model-config", str(tiny_model_dir), "--lengths",
+                           str(LENGTHS), "--pack-tokens", "4096"], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env={"PYTHONPATH": f"{ROOT}:{ROOT / 'scripts'}", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    variants = {r["variant"]: r for r in lines if r["check"] == "packing"}
+    verdict = lines[-1]
+    sdpa, control = variants["sdpa"], variants["sdpa-leak-control"]
+    assert sdpa["passed"] and sdpa["worst_grad_rel_error"] < verdict["grad_tolerance"] / 100
+    assert sdpa["parameters_compared"] > 20  # every LoRA matrix of the LLM and the merger's weights
+    # the row whose positions do not restart leaks attention across samples: far outside the tolerance
+    assert control["passed"] and control["worst_grad_rel_error"] > 10 * verdict["grad_tolerance"]
+    assert "no backward on CPU" in variants["flex"]["skipped"]
+    assert verdict == {"check": "packing_verdict", "passed": True, "loss_tolerance": 1e-4, "grad_tolerance": 1e-3,
+                       "skipped": ["flex"]}
+
+
+@pytest.mark.slow
+def test_harness_parts_timeouts_and_json_lines(tiny_model_dir, tmp_path):
+    """A part past its timeout is stopped and reported, and the next part still runs; GPU-only modes fail in one
+    line; the slowest and the fastest measured modes are profiled; every line is also in OUT/harness.jsonl."""
+    out = tmp_path / "device"
+    proc = harness(out, tiny_model_dir, "--modes", "packed-4k-sdpa,packed-4k-flex-liger,naive-sdpa-gc",
+                   "--correctness-timeout", "3", "--seconds", "2", "--warmup-steps", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert records == [json.loads(ln) for ln in (out / "harness.jsonl").read_text().splitlines()]
+    assert sorted(p.name for p in out.iterdir()) == ["harness.jsonl"]
+    parts = [(r["part"], r.get("mode"), r["status"]) for r in records[:-1]]
+    assert parts[:5] == [("environment", None, "ok"), ("correctness", None, "timeout"),
+                         ("speed", "packed-4k-sdpa", "ok"), ("speed", "packed-4k-flex-liger", "failed"),
+                         ("speed", "naive-sdpa-gc", "ok")]
+    assert records[1]["error"] == "timed out after 3 s" and records[1]["seconds"] < 10
+    assert "flex attention has no backward on CPU" in records[3]["error"]
+    assert "\n" not in records[3]["error"] and "Traceback" not in records[3]["error"]
+    speeds = {r["mode"]: r["real_tokens_per_s"] for r in records[2:5] if r["status"] == "ok"}
+    profiled = [r for r in records if r["part"] == "profile"]
+    assert {r["mode"] for r in profiled} == set(speeds) and all(r["status"] == "ok" for r in profiled)
+    assert all(r["profile"]["aten_calls"] > 100 and r["profile"]["top_cpu"] for r in profiled)
+    summary = records[-1]
+    assert summary["part"] == "summary" and summary["correctness"] == "timeout"
+    assert summary["real_tokens_per_s"] == speeds and summary["over_naive"]["naive-sdpa-gc"] == 1.0
+
+    again = harness(out, tiny_model_dir, "--modes", "")  # never mixed with an earlier run's lines
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+        f"device_harness: {out / 'harness.jsonl'} exists (an earlier run's results): choose another --out"]
+
+
+def test_a_budget_that_is_spent_stops_every_part(tiny_model_dir, tmp_path):
+    proc = harness(tmp_path / "d", tiny_model_dir, "--modes", "packed-4k-sdpa", "--budget", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert [(r["part"], r["status"]) for r in records[1:3]] == [("correctness", "timeout"), ("speed", "timeout")]
