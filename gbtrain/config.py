@@ -349,7 +349,8 @@ class TrainConfig:
                                               "between samples; no extra package) or flash_attention_2 (varlen, "
                                               "flash-attn installed; docs/benchmarks.md)")
     precision: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bf16 (refused on a CPU machine) or fp32")
-    liger: bool = option(False, "Liger kernels (GPU + liger-kernel)")
+    liger: bool = option(False, "Liger kernels (GPU + liger-kernel): fused RMSNorm, SwiGLU, mRoPE and a linear "
+                                "cross-entropy that never holds the logits")
     eval_steps: int = option(200, "eval loss on the validation split every this many steps")
     save_steps: int = option(200, "checkpoint every this many steps")
     save_total_limit: int = option(3, "checkpoints kept")

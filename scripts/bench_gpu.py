@@ -151,9 +151,12 @@ def batches_for(settings: dict, rows: list[tuple], pad_id: int, naive_batch: int
 
 
 def prepared_model(cfg, device: str):
-    """The model as the recipe's trainer runs it: setup_model, then what TRL and transformers' Trainer add
-    (checkpointing with its every-n-layers choice, the input-embedding hooks TRL adds for PEFT, Liger kernels
-    through transformers' own integration, the feature cache)."""
+    """The model as the recipe's trainer runs it: setup_model, then what TRL's SFTTrainer and transformers' Trainer
+    add (TRL's fused LM head, which scores the labelled positions in tiles without the row's full logits;
+    checkpointing with its every-n-layers choice and the input-embedding hooks TRL adds for PEFT; Liger's layer
+    kernels as TRL configures them; the feature cache). Without TRL installed (a bare GPU machine may lack its
+    datasets/pyarrow) the loss comes from the model's full logits, or Liger's fused linear cross-entropy with Liger,
+    and `loss_path` says so."""
     import torch
 
     from gbtrain.train.modeling import setup_model
@@ -163,6 +166,13 @@ def prepared_model(cfg, device: str):
     with torch.device(device):
         model = setup_model(cfg)
     model.train()
+    try:
+        from trl.trainer.utils import add_fused_lm_head
+    except ImportError:
+        add_fused_lm_head = None
+    if add_fused_lm_head is not None:
+        add_fused_lm_head(model.get_base_model() if hasattr(model, "peft_config") else model,
+                          outputs=("log_probs", "entropy", "is_top1"))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False},
                                             every_n_layers=cfg.checkpoint_every_n_layers)
@@ -171,9 +181,11 @@ def prepared_model(cfg, device: str):
     if cfg.liger:
         from transformers.integrations.liger import apply_liger_kernel
 
-        apply_liger_kernel(model, None)
+        apply_liger_kernel(model, {"fused_linear_cross_entropy": False} if add_fused_lm_head else None)
     cache = install_vision_cache(model, cfg.vision_cache_mib) if cfg.vision_cache_mib else None
-    return model, cache
+    loss_path = ("trl fused lm head" if add_fused_lm_head else
+                 "liger fused linear cross-entropy (trl absent)" if cfg.liger else "full logits (trl absent)")
+    return model, cache, loss_path
 
 
 def train_config(args, mode: str):
@@ -186,7 +198,7 @@ def train_config(args, mode: str):
                        finetune=args.finetune, lora=lora, freeze=freeze, **settings), settings
 
 
-def step(model, batch: dict, device: str, bf16: bool, optimizer) -> tuple[float, int, int]:
+def step(model, batch: dict, device: str, bf16: bool, optimizer, fused: bool) -> tuple[float, int, int]:
     """One optimizer step on one batch; returns the loss and the batch's real and computed tokens."""
     import torch
 
@@ -196,7 +208,11 @@ def step(model, batch: dict, device: str, bf16: bool, optimizer) -> tuple[float,
     real = pop_real_tokens(batch)
     batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
     with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):  # as the trainer's bf16=True does
-        loss = model(**batch, use_cache=False).loss
+        if fused:  # TRL's SFTTrainer.compute_loss
+            out = model(**batch, use_cache=False, fused_lm_head=True)
+            loss = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
+        else:
+            loss = model(**batch, use_cache=False).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -240,7 +256,8 @@ def run_mode(args) -> dict:
     check_options(cfg)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     built = time.perf_counter()
-    model, cache = prepared_model(cfg, device)
+    model, cache, loss_path = prepared_model(cfg, device)
+    fused = loss_path == "trl fused lm head"
     base = model.base_model.model if hasattr(model, "peft_config") else model
     with open(args.lengths, encoding="utf-8") as f:
         lengths = json.load(f)["samples"]
@@ -263,7 +280,7 @@ def run_mode(args) -> dict:
             warm = start - first  # the first steps' compile (flex attention, Liger's Triton kernels) included
         elif start is not None and (time.perf_counter() - start > args.seconds or steps >= args.max_steps):
             break
-        loss, r, c = step(model, batches[n % len(batches)], device, bf16, optimizer)
+        loss, r, c = step(model, batches[n % len(batches)], device, bf16, optimizer, fused)
         if start is not None:
             real, computed, steps = real + r, computed + c, steps + 1
     if device == "cuda":
@@ -275,14 +292,14 @@ def run_mode(args) -> dict:
     tokens_per_s = real / elapsed
     mfu = tokens_per_s * flops_per_token / (args.peak_tflops * 1e12) if device == "cuda" else None
     result = {"mode": args.mode, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "settings": settings, "steps_timed": steps, "build_s": round(build_s, 1),
+              "settings": settings, "loss_path": loss_path, "steps_timed": steps, "build_s": round(build_s, 1),
               "warmup_s": round(warm, 1), "step_s": round(elapsed / max(steps, 1), 3),
               "real_tokens_per_s": round(tokens_per_s, 1), "packing_efficiency": round(real / computed, 4),
               "peak_memory_gib": round(peak / 2**30, 2), "mfu": round(mfu, 4) if mfu is not None else None,
               "peak_memory_kind": "cuda max allocated" if device == "cuda" else "process max RSS",
               "final_loss": round(loss.item(), 4), **(cache.summary() if cache else {})}
     if args.profile:
-        result["profile"] = profile_step(lambda: step(model, batches[0], device, bf16, optimizer), device,
+        result["profile"] = profile_step(lambda: step(model, batches[0], device, bf16, optimizer, fused), device,
                                          args.profile_top)
     return result
 

@@ -21,31 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_gpu import synthetic_rows
+from cut_config import cut_config
 
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.config import option
 
 LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-4, 1e-3
 KERNELS = {"sdpa": "sdpa", "flex": "flex_attention"}
-
-
-def cut_config(model_config: str, layers: int, vision_depth: int, into: Path) -> Path:
-    """A copy of the architecture's config.json with fewer decoder layers and vision blocks (widths unchanged)."""
-    config = json.loads((Path(model_config) / "config.json").read_text(encoding="utf-8"))
-    text = config.get("text_config", config)
-    for holder in {id(config): config, id(text): text}.values():
-        if "num_hidden_layers" in holder:
-            holder["num_hidden_layers"] = min(holder["num_hidden_layers"], layers)
-            holder["max_window_layers"] = min(holder.get("max_window_layers", layers), layers)
-    vision = config["vision_config"]
-    vision["depth"] = min(vision["depth"], vision_depth)
-    if "fullatt_block_indexes" in vision:  # Qwen2.5-VL: window attention but in these blocks; keep the last one full
-        vision["fullatt_block_indexes"] = [vision["depth"] - 1]
-    if "deepstack_visual_indexes" in vision:  # Qwen3-VL: DeepStack mergers read these blocks
-        vision["deepstack_visual_indexes"] = [i for i in vision["deepstack_visual_indexes"] if i < vision["depth"]]
-    into.mkdir(parents=True, exist_ok=True)
-    (into / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return into
 
 
 def build(model_dir: Path, attention: str, lora_r: int, device: str, state: dict | None):

@@ -31,6 +31,7 @@ def test_device_benchmark_runs_on_cpu(sft_dir, tiny_model_dir, tmp_path):
     # every packed row is padded to the one pack length (one compiled shape); only its real tokens count
     assert naive["packing_efficiency"] < 1.0 and packed["packing_efficiency"] < 1.0
     assert packed["settings"]["pack_length_multiple"] == 4096 and packed["settings"]["gradient_checkpointing"]
+    assert naive["loss_path"] == packed["loss_path"] == "trl fused lm head"  # as TRL's SFTTrainer computes it
     profile = packed["profile"]
     assert profile["aten_calls"] > 100 and len(profile["top_cpu"]) == 5 and profile["top_device"] == []
     assert naive["real_tokens_per_s"] > 0 and packed["real_tokens_per_s"] > 0

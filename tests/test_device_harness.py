@@ -74,3 +74,17 @@ def test_a_budget_that_is_spent_stops_every_part(tiny_model_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(ln) for ln in proc.stdout.splitlines()]
     assert [(r["part"], r["status"]) for r in records[1:3]] == [("correctness", "timeout"), ("speed", "timeout")]
+
+
+def test_the_cut_keeps_the_widths_and_renumbers_a_smaller_vocabulary(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from cut_config import cut_config
+
+    full = json.loads((ROOT / "configs/bench/qwen25vl_7b/config.json").read_text())
+    cut = json.loads((cut_config(str(ROOT / "configs/bench/qwen25vl_7b"), 1, 4, tmp_path, vocab=4096)
+                      / "config.json").read_text())
+    assert (cut["num_hidden_layers"], cut["vision_config"]["depth"]) == (1, 4)
+    assert cut["vision_config"]["fullatt_block_indexes"] == [3]  # windowed blocks and one full one, as in the 7B
+    assert (cut["hidden_size"], cut["vision_config"]["hidden_size"]) == (full["hidden_size"], 1280)
+    ids = [cut[k] for k in ("bos_token_id", "eos_token_id", "vision_start_token_id", "image_token_id")]
+    assert cut["vocab_size"] == 4096 and all(4000 < i < 4096 for i in ids) and ids == sorted(ids)

@@ -88,7 +88,8 @@ def check_options(cfg: TrainConfig) -> None:
         problems.append("attn_implementation=flex_attention trains on a CUDA GPU only (PyTorch's flex attention has "
                         "no backward on CPU); use sdpa")
     if cfg.liger and not (gpu and importlib.util.find_spec("liger_kernel")):
-        problems.append("liger=true needs a CUDA GPU and the liger-kernel package")
+        problems.append("liger=true needs a CUDA GPU and the liger-kernel package (pip install liger-kernel==0.8.5); "
+                        "or set liger=false")
     if cfg.finetune not in ("lora", "full", "qlora"):
         problems.append(f"finetune={cfg.finetune!r}: choose lora, full or qlora")
     if cfg.finetune == "qlora" and not (gpu and importlib.util.find_spec("bitsandbytes")):
