@@ -14,7 +14,8 @@ import argparse
 import time
 
 from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.config import BuildConfig, keys_epilog, load_config
+from gbtrain.config import keys_epilog, load_config
+from gbtrain.data.build_config import BuildConfig
 from gbtrain.data.sft_dataset import build_sft_dataset
 
 

@@ -14,19 +14,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.config import require_out
 from gbtrain.data.synth.generate import SynthRun, generate_dataset
-
-RECORD = "synth_pages.json"  # written last: a rerun may replace a folder that has it, and no other dataset
+from gbtrain.outputs import SYNTH_RECORD, claim_rebuilt_folder
 
 
 def check_out(out: str) -> None:
     """Refuse an empty name (it writes into the current folder) and a folder holding annotations this script did
     not finish writing: a copy of the real data would lose them."""
-    require_out(out)
-    if (Path(out) / "annotations").exists() and not (Path(out) / RECORD).exists():
-        raise ValueError(f"{out} already holds a dataset that synth_pages did not finish (no {RECORD}): choose "
-                         f"another --out")
+    folder = Path(out)
+    claim_rebuilt_folder(out, "--out", "synth_pages",
+                         (folder / SYNTH_RECORD).is_file() or not (folder / "annotations").exists())
 
 
 def main() -> None:
@@ -37,7 +34,7 @@ def main() -> None:
         options = args.options()
         levels = generate_dataset(args.out, args.pages, args.seed, options, workers=args.workers)
         record = {"pages": args.pages, "seed": args.seed, "profile": args.profile, **asdict(options)}
-        (Path(args.out) / RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        (Path(args.out) / SYNTH_RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
     counts = ", ".join(f"{lvl}: {len(recs)} records" for lvl, recs in sorted(levels.items()))
     print(f"wrote {args.pages} pages to {args.out} in {time.perf_counter() - start:.1f} s ({counts})")
 

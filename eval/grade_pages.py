@@ -4,15 +4,15 @@
         [--backend vllm|hf|openai] [--coords ...] [--min-pixels N --max-pixels N] [--pdf-dpi 200]
         [--review-threshold T | --target-accuracy A | --review-budget B]
 
-Every JPEG/PNG under DIR (recursively) and every page of every PDF is graded: answer-free by default, answer-based
-with an answer key (a mapping question id -> reference answer, or -> {answer, full_score, rubric, question_type}
-for a question graded in points: the model is then asked for its score, and the tables total the points). Writes
-OUT/pages/<page>.json (items in page pixels: box, transcription, answer, judgment, points; the raw reply and its
-parse status), OUT/overlays/<page>.png, OUT/grades.csv (one row per item), OUT/totals.csv (one row per page) and
-OUT/summary.json. A rerun skips the pages already graded;
-one with other settings is refused (--overwrite regrades). An unreadable page (a truncated JPEG, a damaged PDF) is
-skipped with a warning and listed in summary.json; a page whose prompt does not fit --max-model-len or that an
-endpoint refuses is written with status "error". The next run tries both again.
+Every image (JPEG, PNG, WebP, BMP, TIFF) under DIR (recursively) and every page of every PDF is graded: answer-free
+by default, answer-based with an answer key (a mapping question id -> reference answer, or -> {answer, full_score,
+rubric, question_type} for a question graded in points: the model is then asked for its score, and the tables total
+the points). Writes OUT/pages/<page>.json (items in page pixels: box, transcription, answer, judgment, points; the
+raw reply and its parse status), OUT/overlays/<page>.png, OUT/grades.csv (one row per item), OUT/totals.csv (one row
+per page) and OUT/summary.json. A rerun skips the pages already graded; one with other settings is refused
+(--overwrite regrades). An unreadable page (a truncated JPEG, a damaged PDF) is skipped with a warning and listed in
+summary.json; a page whose prompt does not fit --max-model-len or that an endpoint refuses is written with status
+"error". The next run tries both again.
 
 Each item carries the confidences of its judgment and box (from the reply's token logprobs). With a review
 threshold (--review-threshold, or by default the one eval/select_checkpoint.py chose on validation and recorded in
@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.evaluation.grading import GradeRun, grade_pages
+from gbtrain.grading.grade import GradeRun, grade_pages
 
 
 def main() -> None:

@@ -17,7 +17,9 @@ data_builders/build_sft.py.
 from __future__ import annotations
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.evaluation.review import ReviewRun, export_review, import_review
+from gbtrain.grading.review import ReviewRun
+from gbtrain.grading.review_export import export_review
+from gbtrain.grading.review_import import import_review
 
 
 def main() -> None:

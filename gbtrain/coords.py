@@ -15,10 +15,8 @@ Conventions (names usable in configs and on the command line):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from PIL import Image
 
@@ -174,44 +172,8 @@ def model_unit_size(width: int, height: int, convention: str,
     return 1.0 / sx, 1.0 / sy
 
 
-# A checkpoint trained by the recipe records how its training prompts and targets were made: the box
-# convention, the pixel budget and the margin of derived L2 regions.
-CHECKPOINT_RECORD = "gbtrain_checkpoint.json"
 DEFAULT_L2_MARGIN = 0.02  # of the page's longer side, around the answers of an L2 record without a question mark
 
-
-@dataclass(frozen=True)
-class CheckpointRecord:
-    coords: str
-    budget: PixelBudget
-    l2_margin: float = DEFAULT_L2_MARGIN
-
-
-def write_checkpoint_record(folder: str | Path, record: CheckpointRecord) -> None:
-    data = {"coords": record.coords, "min_pixels": record.budget.min_pixels, "max_pixels": record.budget.max_pixels,
-            "factor": record.budget.factor, "l2_margin": record.l2_margin}
-    (Path(folder) / CHECKPOINT_RECORD).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-
-
-def read_checkpoint_record(folder: str | Path) -> CheckpointRecord | None:
-    """What the recipe recorded in a checkpoint folder; None for any other checkpoint. A record written before
-    the margin (or the factor) was recorded carries the builder's default margin (Qwen2.5-VL's 28 px factor), which
-    is what its data was built with."""
-    path = Path(folder) / CHECKPOINT_RECORD
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        budget = PixelBudget(int(data["min_pixels"]), int(data["max_pixels"]),
-                             int(data.get("factor", DEFAULT_FAMILY.patch_factor)))
-        record = CheckpointRecord(data["coords"], budget, float(data.get("l2_margin", DEFAULT_L2_MARGIN)))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{path}: not a gbtrain checkpoint record ({e})") from None
-    if record.coords not in CONVENTIONS:
-        raise ValueError(f"{path}: unknown coordinate convention {record.coords!r}")
-    if not (0 <= record.l2_margin < 1):
-        raise ValueError(f"{path}: l2_margin {record.l2_margin!r} is not in [0, 1)")
-    return record
 
 # Which convention a model family was trained with (GradingBench format note). Keys are matched
 # against a config.json `model_type` or a model name, lowercased, first match wins. The families gbtrain trains

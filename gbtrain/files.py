@@ -7,6 +7,10 @@ import json
 import os
 from pathlib import Path
 
+# The page images every tool reads (converters, the reader's checks, grade_pages), lower case: what Pillow decodes
+# from a scanner or a phone. A PDF is read apart, page by page.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
+
 
 def write_atomic(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename. backslashreplace keeps a model reply's lone

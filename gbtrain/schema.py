@@ -32,6 +32,10 @@ LABEL_ALIASES = {
     "Other": UNKNOWN,  # the released benchmark's normaliser writes it for the Chinese labels it does not know
 }
 LABELS = (RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN, CONTEXT)
+VERDICTS = tuple(label for label in LABELS if label != CONTEXT)  # what an answer can be judged
+# Every word that names a label wherever a person writes one (annotations, converters' exports, review sheets,
+# Label Studio choices); gbtrain.values.verdict_of reads them, case-insensitively.
+LABEL_WORDS = {**LABEL_ALIASES, "true": RIGHT, "false": WRONG}
 STAGE_ALIASES = {
     "小学": "Elementary", "Elementary": "Elementary", "Primary": "Elementary",
     "初中": "Junior_High", "Junior_High": "Junior_High", "Middle": "Junior_High", "Junior High": "Junior_High",

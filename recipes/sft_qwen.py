@@ -18,7 +18,8 @@ import argparse
 import json
 
 from gbtrain.cli import HelpFormatter, user_errors
-from gbtrain.config import TrainConfig, keys_epilog, load_config
+from gbtrain.config import keys_epilog, load_config
+from gbtrain.train.config import TrainConfig
 from gbtrain.train.trainer import train
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gbtrain.cli import parse_options
-from gbtrain.config import BuildConfig, load_config, option
+from gbtrain.config import load_config, option
+from gbtrain.data.build_config import BuildConfig
 from gbtrain.data.sft_dataset import build_sft_dataset
 from gbtrain.data.synth.generate import generate_dataset
 

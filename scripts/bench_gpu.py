@@ -189,7 +189,7 @@ def prepared_model(cfg, device: str):
 
 
 def train_config(args, mode: str):
-    from gbtrain.config import FreezeSettings, LoraSettings, TrainConfig
+    from gbtrain.train.config import FreezeSettings, LoraSettings, TrainConfig
 
     settings = mode_settings(mode, args.pack_tokens)
     freeze = FreezeSettings(vision_tower=True, merger="vision_cache_mib" in settings)

@@ -22,7 +22,8 @@ from pathlib import Path
 from bench_child import emit, run_child
 
 from gbtrain.cli import parse_options
-from gbtrain.config import option, require_out
+from gbtrain.config import option
+from gbtrain.outputs import require_out
 
 ROOT = Path(__file__).resolve().parents[1]
 PDF_RESOLUTION = 150  # pixels per inch the synthetic page images are placed at, so that a page is about A4

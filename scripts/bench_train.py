@@ -31,7 +31,7 @@ MODES = ("naive", "packed")
 @dataclass
 class BenchTrain:
     """The benchmark's options; each field is one of its flags (gbtrain.cli). `config` and `overrides` are the
-    recipe's (gbtrain.config.TrainConfig): its YAML file and key=value, as recipes/sft_qwen.py takes them."""
+    recipe's (gbtrain.train.config.TrainConfig): its YAML file and key=value, as recipes/sft_qwen.py takes them."""
 
     config: str = option(help="the recipe's config (configs/sft/*.yaml)")
     samples: int = option(48, "samples of the mix (one L3 page, three L1 crops, ...) run in each mode")
@@ -66,9 +66,10 @@ def _mixed_indices(ds, n: int) -> list[int]:
 def run_mode(args: BenchTrain) -> dict:
     import torch
 
-    from gbtrain.config import TrainConfig, load_config
+    from gbtrain.config import load_config
     from gbtrain.data.sft_dataset import LengthCounter
     from gbtrain.train.collator import GradingCollator, RopeIndex, plan_packs, pop_real_tokens
+    from gbtrain.train.config import TrainConfig
     from gbtrain.train.modeling import load_processor, parameter_groups, setup_model, train_dtype
     from gbtrain.train.trainer import filter_by_length, resolve_budget
     from gbtrain.train.vision_cache import install_vision_cache

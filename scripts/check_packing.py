@@ -35,7 +35,7 @@ def build(model_dir: Path, attention: str, lora_r: int, device: str, state: dict
     weights of `state` when given, else random ones with random LoRA B matrices."""
     import torch
 
-    from gbtrain.config import FreezeSettings, LoraSettings, TrainConfig
+    from gbtrain.train.config import FreezeSettings, LoraSettings, TrainConfig
     from gbtrain.train.modeling import check_options, setup_model
 
     cfg = TrainConfig(model=str(model_dir), dataset="-", output_dir="-", model_init="random", precision="fp32",

@@ -15,14 +15,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from gbtrain.cli import parse_options, user_errors
-from gbtrain.config import BuildConfig, TrainConfig, keys_table, option
-from gbtrain.evaluation.grading import GradeRun
-from gbtrain.evaluation.review import ReviewRun
+from gbtrain.config import keys_table, option
+from gbtrain.data.build_config import BuildConfig
 from gbtrain.evaluation.run import EvalRun
 from gbtrain.evaluation.selection import SelectRun
+from gbtrain.grading.grade import GradeRun
+from gbtrain.grading.review import ReviewRun
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.agreement import AgreementRun
 from gbtrain.metric.scoring import ScoreRun
+from gbtrain.train.config import TrainConfig
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 MODEL_FLAGS = frozenset(f.name for f in fields(ModelOptions))  # one table of their own, not one per tool

@@ -2,7 +2,7 @@
 
 Needs the Debian font packages below (`apt-get install fonts-dejavu-core fonts-droid-fallback
 fonts-comic-neue fonts-arphic-ukai`) and fontTools. Collects every character the question banks and
-page templates can print, subsets each font to it, writes gbtrain/data/synth/fonts/*.{ttf,otf}, the
+page templates can print, subsets each font to it, writes gbtrain/data/fonts/*.{ttf,otf}, the
 coverage table the renderer reads, and the licence texts.
 
     python scripts/subset_fonts.py
@@ -19,8 +19,8 @@ from pathlib import Path
 from fontTools import subset
 from fontTools.ttLib import TTFont
 
+from gbtrain.data.fonts import FONT_DIR
 from gbtrain.data.synth.banks import BANKS, EXAM_TITLES, GRADES, SECTION_TITLES
-from gbtrain.data.synth.fonts import FONT_DIR
 from gbtrain.data.synth.render import FIXED_TEXT
 from gbtrain.schema import STAGES, SUBJECTS
 

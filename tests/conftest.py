@@ -75,8 +75,8 @@ def synth_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
     """A small built SFT dataset (test pixel budget, exact lengths with the tiny tokenizer)."""
-    from gbtrain.config import BuildConfig, MixConfig
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.build_config import BuildConfig, MixConfig
     from gbtrain.data.sft_dataset import build_sft_dataset
 
     out = tmp_path_factory.mktemp("sft-train") / "data"
@@ -90,8 +90,8 @@ def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def sft_qwen3vl_dir(synth_dir, tiny_qwen3vl_dir, tmp_path_factory):
     """A small SFT set built for the tiny Qwen3-VL: its own box convention (rel1000) and 32 px image tokens."""
-    from gbtrain.config import BuildConfig
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.build_config import BuildConfig
     from gbtrain.data.sft_dataset import build_sft_dataset
 
     out = tmp_path_factory.mktemp("sft-qwen3vl") / "data"

@@ -4,9 +4,9 @@ import pytest
 import torch
 from PIL import Image
 
-from gbtrain.config import TrainConfig
 from gbtrain.train.attention import PACKED_FLEX, SEQ_LENS_KEY, precompute_varlen_kwargs
 from gbtrain.train.collator import IGNORE_INDEX, GradingCollator, RopeIndex, pop_real_tokens
+from gbtrain.train.config import TrainConfig
 from gbtrain.train.modeling import load_model, load_processor
 
 

@@ -680,7 +680,8 @@ def earlier_run(changes: dict | None = None, edit: Callable[[dict], None] | None
     """box/out as an earlier evaluation left it: run.json (made with EVAL_BASE plus `changes`) and one line."""
     def setup(env: Env) -> None:
         from gbtrain.coords import PixelBudget
-        from gbtrain.evaluation.run import EvalRun, claim_output_folder, run_identity
+        from gbtrain.evaluation.run import EvalRun, run_identity
+        from gbtrain.outputs import claim_output_folder
 
         opts = {k[2:].replace("-", "_"): env.sub(v) for k, v in EVAL_BASE.items()} | (changes or {})
         if data_rel:
@@ -1111,8 +1112,9 @@ def train_yaml(text: str = TRAIN_YAML) -> Callable[[Env], None]:
 def earlier_training(*overrides: str, work: bool = True) -> Callable[[Env], None]:
     """box/run as an earlier run left it: its gbtrain_run.json (made with `overrides`) and a checkpoint."""
     def setup(env: Env) -> None:
-        from gbtrain.config import TrainConfig, load_config
+        from gbtrain.config import load_config
         from gbtrain.data.sft_dataset import dataset_pixel_budget
+        from gbtrain.train.config import TrainConfig
         from gbtrain.train.trainer import claim_output_dir
 
         cfg = load_config(TrainConfig, env.box / "train.yaml", list(overrides))
@@ -1433,7 +1435,8 @@ def synth_cases() -> list[Case]:
         Case("out-empty-name", SYNTH, ["--out", "", "--pages", "1", "--workers", "1"],
              r"--out is empty: name the output folder", outputs=()),
         Case("out-holds-other-data", SYNTH, ["--out", "{box}/data", "--pages", "1", "--workers", "1"],
-             r"\S+/data already holds a dataset that synth_pages did not finish .*another --out", setup=data(),
+             r"--out \S+/data holds files that synth_pages did not write \(no readable record of it\): choose "
+             r"another --out", setup=data(),
              outputs=()),
         Case("rerun-over-own-output", SYNTH, ["--out", "{box}/out", "--pages", "1", "--workers", "1"], code=0,
              check=exists("out/annotations/L3.json", "out/synth_pages.json"),
@@ -1798,11 +1801,11 @@ def convert_cases() -> list[Case]:
         Case("out-is-export-file", CONVERT, convert_args(out="{box}/x/labelstudio/export.json"),
              r"export\.json: (File exists|Not a directory)", setup=x, outputs=()),
         *unwritable_out_cases(CONVERT, convert_args, x),
-        Case("out-holds-other-files", CONVERT, convert_args(), r"--out \S+/out holds files that are not a conversion "
-             r"\(no (readable )?convert_report\.json\): choose another --out",
+        Case("out-holds-other-files", CONVERT, convert_args(), r"--out \S+/out holds files that convert did not write "
+             r"\(no readable record of it\): choose another --out",
              setup=chain(x, write("out/images/mine.jpg", "the user's")), outputs=()),
-        *[Case(f"out-report-{name}", CONVERT, convert_args(), r"--out \S+/out holds files that are not a conversion "
-               r"\(no readable convert_report\.json\): choose another --out",
+        *[Case(f"out-report-{name}", CONVERT, convert_args(), r"--out \S+/out holds files that convert did not write "
+               r"\(no readable record of it\): choose another --out",
                setup=chain(x, write("out/images/mine.jpg", "the user's"), write("out/convert_report.json", text)),
                outputs=())
           for name, text in (("not-json", "{half"), ("a-list", "[]"), ("of-another-tool", '{"status": "ok"}'),
@@ -1978,7 +1981,7 @@ def earlier_grading(*flags: str, **opts: str | None) -> Callable[[Env], None]:
     """box/out as an earlier grade_pages run with these arguments left it."""
     def setup(env: Env) -> None:
         from gbtrain.cli import parse_options
-        from gbtrain.evaluation.grading import GradeRun, grade_pages
+        from gbtrain.grading.grade import GradeRun, grade_pages
 
         grade_pages(parse_options(GradeRun, None, [env.sub(a) for a in grade_args(*flags, **opts)]), progress=False)
     return setup
@@ -2047,11 +2050,12 @@ def grade_cases() -> list[Case]:
              outputs=()),
         Case("pages-a-file", GRADE, grade_args(pages="{box}/a.png"), r"pages folder not found: \S+/a\.png",
              setup=page_image("a.png", 200, 280), outputs=()),
-        Case("pages-empty", GRADE, grade_args(), r"pages: no pages \(JPEG, PNG or PDF files\)",
+        Case("pages-empty", GRADE, grade_args(), r"pages: no pages \(image files \.jpg, .*, or PDF files\)",
              setup=make_dir("pages"), outputs=()),
-        Case("pages-only-other-files", GRADE, grade_args(), r"pages: no pages \(JPEG, PNG or PDF files\)",
+        Case("pages-only-other-files", GRADE, grade_args(),
+             r"pages: no pages \(image files \.jpg, .*, or PDF files\)",
              setup=chain(write("pages/notes.txt", "x"), page_image("pages/._a.png", 20, 20),
-                         page_image("pages/.thumbs/t.png", 20, 20), page_image("pages/scan.tif", 20, 20, "TIFF")),
+                         page_image("pages/.thumbs/t.png", 20, 20), page_image("pages/scan.gif", 20, 20, "GIF")),
              outputs=()),
         Case("pages-symlink-loop", GRADE, grade_args(), code=0, check=graded(pages=1),
              setup=chain(p, lambda env: (env.box / "pages/again").symlink_to(env.box / "pages"))),
@@ -2245,7 +2249,8 @@ def run_checkpoint(step: int = 2, kind: str = "full", weights: bool = True, run_
 def checkpoint_record(rel: str, coords: str = "qwen25") -> Callable[[Env], None]:
     """box/rel/gbtrain_checkpoint.json: the coords and pixel budget a training run records in its saves."""
     def setup(env: Env) -> None:
-        from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+        from gbtrain.coords import PixelBudget
+        from gbtrain.train.checkpoints import CheckpointRecord, write_checkpoint_record
 
         write_checkpoint_record(env.box / rel, CheckpointRecord(coords, PixelBudget(3136, 200704)))
     return setup
@@ -2483,7 +2488,8 @@ REVIEW_IMPORT = ["import", "--graded", "{box}/out", "--out", "{box}/imported"]
 
 def exported_review(env: Env) -> None:
     """box/out/review as eval/review.py export writes it (box/out: a graded folder)."""
-    from gbtrain.evaluation.review import ReviewRun, export_review
+    from gbtrain.grading.review import ReviewRun
+    from gbtrain.grading.review_export import export_review
 
     export_review(ReviewRun("export", str(env.box / "out")))
 

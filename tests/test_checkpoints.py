@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from gbtrain.train.checkpoints import COMPLETE_MARKER, checkpoint_problem, mark_complete, resume_point
+from gbtrain.outputs import COMPLETE_MARKER
+from gbtrain.train.checkpoints import checkpoint_problem, mark_complete, resume_point
 
 
 def _checkpoint(run, step, run_id="ours", complete=True):

@@ -17,12 +17,12 @@ from gbtrain.data.converters import ConvertRun
 from gbtrain.data.hub_export import HubExportRun
 from gbtrain.data.preview import PreviewRun
 from gbtrain.data.synth.generate import SynthRun
-from gbtrain.evaluation.grading import GradeRun
 from gbtrain.evaluation.probes import RelianceRun
 from gbtrain.evaluation.reports import CompareRun
-from gbtrain.evaluation.review import ReviewRun
 from gbtrain.evaluation.run import EvalRun
 from gbtrain.evaluation.selection import SelectRun
+from gbtrain.grading.grade import GradeRun
+from gbtrain.grading.review import ReviewRun
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.agreement import AgreementRun
 from gbtrain.metric.scoring import ScoreRun

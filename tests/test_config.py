@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from gbtrain.config import BuildConfig, TrainConfig, config_keys, keys_table, load_config
+from gbtrain.config import config_keys, keys_table, load_config
 from gbtrain.coords import PixelBudget
+from gbtrain.data.build_config import BuildConfig
+from gbtrain.train.config import TrainConfig
 
 ROOT = Path(__file__).parents[1]
 
@@ -62,8 +64,8 @@ def test_every_shipped_training_config_passes_the_option_checks(path, monkeypatc
 
     from omegaconf import OmegaConf
 
-    from gbtrain.config import TrainConfig
     from gbtrain.train import modeling
+    from gbtrain.train.config import TrainConfig
 
     monkeypatch.setattr(modeling, "cuda_available", lambda: True)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())

@@ -21,8 +21,9 @@ import pytest
 from PIL import Image
 
 from gbtrain.data.annotations import load_dataset, load_level
-from gbtrain.data.converters import FORMATS, REPORT, convert, cvat, labelstudio, load_mapping
+from gbtrain.data.converters import FORMATS, convert, cvat, labelstudio, load_mapping
 from gbtrain.data.preview import preview, summary_lines
+from gbtrain.outputs import CONVERT_REPORT
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "convert"
@@ -96,7 +97,7 @@ def test_converter_round_trips_through_the_strict_reader(converted, fmt):
     # The crop of question 1 of p1: its region plus the generator's margin (0.04 * 480 = 19.2 px), marks moved.
     assert (l1["p1_q1"].width, l1["p1_q1"].height) == (470, 148)
     assert _box(next(m for m in l1["p1_q1"].marks if m.mark_id == "1-1").box) == (145, 59, 205, 99)
-    report = json.loads((out / REPORT).read_text())
+    report = json.loads((out / CONVERT_REPORT).read_text())
     assert report["status"] == "complete" and report["unmapped"] == [] and report["records"] == {"L1": 5, "L2": 5,
                                                                                                  "L3": 2}
 
@@ -347,7 +348,7 @@ def test_exports_of_another_kind_are_named(tmp_path):
 def test_output_folder_must_be_new_or_an_earlier_conversion(tmp_path, converted):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
-    with pytest.raises(ValueError, match="holds files that are not a conversion"):
+    with pytest.raises(ValueError, match="holds files that convert did not write"):
         run_convert("cvat", tmp_path / "notes")
     with pytest.raises(ValueError, match=r"--out .* lies inside --images"):
         run_convert("cvat", IMAGES / "out")

@@ -20,9 +20,10 @@ import pytest
 from PIL import Image
 
 from gbtrain.data.annotations import load_dataset, load_level
-from gbtrain.data.converters import REPORT, coco, convert, load_mapping, summary_lines
+from gbtrain.data.converters import coco, convert, load_mapping, summary_lines
 from gbtrain.data.converters.build import ImageFinder
 from gbtrain.data.converters.sources import image_names
+from gbtrain.outputs import CONVERT_REPORT
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "convert"
@@ -201,7 +202,7 @@ def test_lenient_leaves_out_a_page_that_lost_an_answer_unless_kept(tmp_path, mon
                                       "--keep-partial-pages"])
     runpy.run_path(str(ROOT / "data_builders" / "convert.py"), run_name="__main__")
     assert "1 answer region(s) lost: kept as it is" in capsys.readouterr().out
-    kept = json.loads((tmp_path / "kept" / REPORT).read_text())
+    kept = json.loads((tmp_path / "kept" / CONVERT_REPORT).read_text())
     assert kept["pages"] == {"in_export": 2, "written": 2, "partial": 1} and kept["partial_pages"][0]["kept"]
     l2 = {r.record_id: r for r in load_level(tmp_path / "kept", "L2").records}
     assert [g.group_id for g in l2["p1_0"].groups] == ["1-1"]

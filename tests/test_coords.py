@@ -125,7 +125,12 @@ def test_budget_refuses_another_familys_token_size():
 def test_a_checkpoint_record_keeps_the_factor_and_old_records_read_as_qwen25(tmp_path):
     import json
 
-    from gbtrain.coords import CHECKPOINT_RECORD, CheckpointRecord, read_checkpoint_record, write_checkpoint_record
+    from gbtrain.train.checkpoints import (
+        CHECKPOINT_RECORD,
+        CheckpointRecord,
+        read_checkpoint_record,
+        write_checkpoint_record,
+    )
 
     record = CheckpointRecord("rel1000", PixelBudget(3136, 50176, 32))
     write_checkpoint_record(tmp_path, record)

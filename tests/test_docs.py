@@ -101,3 +101,61 @@ def test_pointers_from_code_name_pages_and_headings_that_exist():
 def test_the_readme_is_short():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move details into docs/"
+
+
+def stage_modules(folder: Path) -> set[str]:
+    """The modules of a stage folder as the docs name them: `name` for name.py, `name/` for a subpackage."""
+    return ({p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+            | {f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").is_file()})
+
+
+def architecture_table(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's stage table: stage folder (`` for core) -> the modules its row names."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].isdigit():
+            folder = re.match(r"`([a-z_]+)/`", cells[1])
+            rows[folder.group(1) if folder else ""] = set(re.findall(r"`([a-z_]+/?)`", cells[2]))
+    return rows
+
+
+def map_differences(package: Path, text: str) -> list[str]:
+    """Where the table and the package's docstrings differ from the tree."""
+    table, problems = architecture_table(text), []
+    stages = {"": package, **{p.name: p for p in package.iterdir() if (p / "__init__.py").is_file()}}
+    for name, folder in sorted(stages.items()):
+        actual, named = stage_modules(folder), table.get(name)
+        if name and not (package / name).is_dir():
+            continue
+        if named is None:
+            problems.append(f"stage {name or 'core'} has no row in docs/architecture.md")
+            continue
+        if name == "":
+            actual = {m for m in actual if not m.endswith("/")}
+        problems += [f"docs/architecture.md: {name or 'core'} row misses {m}" for m in sorted(actual - named)]
+        problems += [f"docs/architecture.md: {name or 'core'} row names {m}, which is not there"
+                     for m in sorted(named - actual)]
+        if name:
+            doc = (folder / "__init__.py").read_text(encoding="utf-8")
+            problems += [f"{folder.name}/__init__.py: its docstring misses {m}" for m in sorted(actual)
+                         if f"``{m.rstrip('/')}``" not in doc]
+    problems += [f"docs/architecture.md names stage {name}/, which is not there" for name in table
+                 if name and not (package / name).is_dir()]
+    return problems
+
+
+def test_the_architecture_table_and_package_docstrings_match_the_tree():
+    assert map_differences(ROOT / "gbtrain", (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")) == []
+
+
+def test_a_module_missing_from_the_map_is_named(tmp_path: Path):
+    package = tmp_path / "gbtrain"
+    (package / "data").mkdir(parents=True)
+    for path in ("__init__.py", "coords.py", "data/__init__.py", "data/reader.py", "data/extra.py"):
+        (package / path).write_text('"""``reader``"""\n' if path == "data/__init__.py" else "")
+    text = "| # | stage | modules | what |\n|---|---|---|---|\n| 0 | core | `coords` | x |\n" \
+           "| 1 | `data/` | `reader`, `gone` | y |\n"
+    assert map_differences(package, text) == [
+        "docs/architecture.md: data row misses extra", "docs/architecture.md: data row names gone, which is not there",
+        "data/__init__.py: its docstring misses extra"]

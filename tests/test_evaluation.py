@@ -37,7 +37,8 @@ def ground_truth_predictions(out: Path, model: Path, data: Path) -> None:
     from gbtrain.coords import PixelBudget
     from gbtrain.data.annotations import load_level
     from gbtrain.data.conversations import answer_items
-    from gbtrain.evaluation.run import EvalRun, claim_output_folder, plan_run, run_identity
+    from gbtrain.evaluation.run import EvalRun, plan_run, run_identity
+    from gbtrain.outputs import claim_output_folder
 
     run = EvalRun(model=str(model), data=str(data), out=str(out), max_tokens=48, min_pixels=TEST_MIN_PIXELS,
                   max_pixels=TEST_MAX_PIXELS)
@@ -195,8 +196,9 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(recipe_lora, synth_dir, tm
 
 
 def test_coords_and_budget_default_to_what_the_recipe_recorded(tmp_path):
-    from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+    from gbtrain.coords import PixelBudget
     from gbtrain.miniature.tiny_model import HUB_LAYOUTS
+    from gbtrain.train.checkpoints import CheckpointRecord, write_checkpoint_record
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(HUB_LAYOUTS["qwen2_5_vl"].preprocessor))
@@ -229,7 +231,8 @@ def test_an_output_folder_refuses_predictions_made_otherwise(synth_dir, tmp_path
     """A rerun into the same --out with another model, coords, budget, prompt or data is refused instead of
     reusing (and reporting under the new model) the old predictions; --overwrite discards them."""
     from gbtrain.coords import PixelBudget
-    from gbtrain.evaluation.run import EvalRun, claim_output_folder, run_identity
+    from gbtrain.evaluation.run import EvalRun, run_identity
+    from gbtrain.outputs import claim_output_folder
 
     out = tmp_path / "ev"
     run = EvalRun(model="org/model-a", data=str(synth_dir), out=str(out), backend="openai",
@@ -337,10 +340,11 @@ def test_a_second_evaluation_into_a_busy_folder_is_refused(synth_dir, tmp_path):
 def test_evaluator_asks_the_prompts_the_model_was_trained_on(tmp_path):
     """An L2 record without question marks: the evaluator derives its region with the margin the checkpoint's
     training build used (recorded by the recipe), so its prompt is the builder's, byte for byte."""
-    from gbtrain.coords import CheckpointRecord, PixelBudget, read_checkpoint_record, write_checkpoint_record
+    from gbtrain.coords import PixelBudget
     from gbtrain.data.conversations import build_conversation
     from gbtrain.evaluation.engine import EvalOptions, Evaluator, Setting, default_l2_margin
     from gbtrain.schema import Mark, Record
+    from gbtrain.train.checkpoints import CheckpointRecord, read_checkpoint_record, write_checkpoint_record
 
     marks = [Mark(points=[(100, 100), (200, 150)], label="right", raw_label="right", mark_id="1-1", hand="4",
                   std="4")]

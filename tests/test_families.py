@@ -49,8 +49,8 @@ def test_family_of_a_loaded_config(tiny_qwen3vl_dir):
 def test_the_builder_counts_tokens_in_the_models_own_size(synth_dir, tiny_qwen3vl_dir, tmp_path):
     """A Qwen3-VL build must say vision.factor=32: with Qwen2.5-VL's 28 its image token counts (and qwen25 boxes)
     would be those of another model."""
-    from gbtrain.config import BuildConfig
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.build_config import BuildConfig
     from gbtrain.data.sft_dataset import build_sft_dataset, dataset_pixel_budget
 
     cfg = BuildConfig(data=str(synth_dir), out=str(tmp_path / "sft"), target_count=20, tokenizer=str(tiny_qwen3vl_dir),

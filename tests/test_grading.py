@@ -1,4 +1,4 @@
-"""Grading new, unannotated pages (gbtrain.evaluation.grading, eval/grade_pages.py): pages found and PDFs rendered, the
+"""Grading new, unannotated pages (gbtrain.grading, eval/grade_pages.py): pages found and PDFs rendered, the
 answer key and its prompt, replies mapped to page pixels, the output folder (per-page JSON, overlays, CSVs),
 resumption, refusals, and one run on the tiny model with the hf backend."""
 
@@ -15,19 +15,11 @@ from PIL import Image
 
 from gbtrain import prompts
 from gbtrain.coords import model_unit_size, to_model
-from gbtrain.evaluation import grading
-from gbtrain.evaluation.grading import (
-    GradeRun,
-    KeyQuestion,
-    answer_key_hash,
-    find_pages,
-    grade_pages,
-    grading_prompt,
-    key_references,
-    load_answer_key,
-    load_page,
-    read_reply,
-)
+from gbtrain.grading import grade
+from gbtrain.grading.answer_key import KeyQuestion, answer_key_hash, grading_prompt, key_references, load_answer_key
+from gbtrain.grading.grade import GradeRun, grade_pages
+from gbtrain.grading.grades import read_reply
+from gbtrain.grading.pages import RENDER_PIXELS, find_pages, load_page
 from gbtrain.schema import Box
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +87,22 @@ def _sized_pdf(path: Path, *sizes_pt: tuple[float, float]) -> Path:
     return path
 
 
+def test_every_image_kind_the_converters_read_is_a_page_and_a_multi_page_tiff_is_refused(tmp_path):
+    """One image-suffix list (gbtrain.files.IMAGE_SUFFIXES): a .webp or .tif page converts and grades alike."""
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    for name, kind in (("a.webp", "WEBP"), ("b.tif", "TIFF"), ("c.bmp", "BMP"), ("d.gif", "GIF")):
+        Image.new("RGB", (60, 80), "white").save(folder / name, kind)
+    frames = [Image.new("RGB", (60, 80), color) for color in ("white", "gray")]
+    frames[0].save(folder / "scan.tiff", "TIFF", save_all=True, append_images=frames[1:])
+    pages, unreadable = find_pages(folder)
+    assert [p.name for p in pages] == ["a.webp", "b.tif", "c.bmp", "scan.tiff"] and not unreadable  # no .gif
+    assert [load_page(p, 200).width for p in pages[:3]] == [60, 60, 60]
+    with pytest.raises(ValueError, match=r"cannot read page scan\.tiff: it holds 2 images \(a multi-page scan\): save "
+                                         r"them as a PDF"):
+        load_page(pages[3], 200)
+
+
 def test_pdf_pages_are_rendered_within_a_pixel_cap_and_huge_ones_refused(tmp_path):
     folder = tmp_path / "pages"
     folder.mkdir()
@@ -106,8 +114,8 @@ def test_pdf_pages_are_rendered_within_a_pixel_cap_and_huge_ones_refused(tmp_pat
                                              r"larger than A0 \(2384 x 3370 pt\); split or scale"):
             load_page(page, 200)
     a0, a4 = load_page(pages[2], 200), load_page(pages[3], 200)
-    assert a0.width * a0.height <= grading.RENDER_PIXELS and a0.dpi < 200  # 62 Mpx at 200 dpi: rendered at ~150
-    assert a0.dpi == pytest.approx(72 * (grading.RENDER_PIXELS / (2384 * 3370)) ** 0.5, abs=0.1)
+    assert a0.width * a0.height <= RENDER_PIXELS and a0.dpi < 200  # 62 Mpx at 200 dpi: rendered at ~150
+    assert a0.dpi == pytest.approx(72 * (RENDER_PIXELS / (2384 * 3370)) ** 0.5, abs=0.1)
     assert a4.dpi == 200 and abs(a4.width - 1653) <= 1
 
 
@@ -117,7 +125,7 @@ def test_nothing_graded_is_an_error_and_batches_hold_a_bounded_number_of_pixels(
     _sized_pdf(pages / "huge.pdf", (10_000, 10_000))
     (pages / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
     backend = RecordingBackend(budget)
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
     run = GradeRun("recorded", str(pages), str(tmp_path / "out"), backend="openai", coords="qwen25",
                    min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
     with pytest.raises(ValueError, match=r"no page could be graded \(2 unreadable, each named in .*summary\.json\)"):
@@ -126,7 +134,7 @@ def test_nothing_graded_is_an_error_and_batches_hold_a_bounded_number_of_pixels(
 
     for i in range(5):
         Image.new("RGB", (100, 100), "white").save(pages / f"p{i}.png")
-    monkeypatch.setattr(grading, "BATCH_PIXELS", 25_000)  # two 100 x 100 pages
+    monkeypatch.setattr(grade, "BATCH_PIXELS", 25_000)  # two 100 x 100 pages
     sizes = []
     monkeypatch.setattr(backend, "chat", lambda convs, sampling, chat=backend.chat: sizes.append(len(convs))
                         or chat(convs, sampling))
@@ -143,7 +151,7 @@ def test_a_folder_of_the_users_own_pages_and_overlays_is_refused_and_kept(tmp_pa
     for name in ("pages/scan-notes.json", "overlays/marked.png"):
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text("the user's")
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (RecordingBackend(budget), None))
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (RecordingBackend(budget), None))
     run = GradeRun("recorded", str(pages), str(out), backend="openai", coords="qwen25", overwrite=overwrite,
                    min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
     with pytest.raises(ValueError, match=r"holds pages, overlays that no readable run\.json of grade_pages vouches "
@@ -284,7 +292,7 @@ def test_points_in_grade_pages_items_and_totals(tmp_path, budget, monkeypatch):
     key = tmp_path / "key.yaml"
     key.write_text("1: {answer: x, full_score: 4}\n2: y\n3: {full_score: 2.5}\n", encoding="utf-8")
     backend = ScoringBackend(budget)
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
     out = tmp_path / "out"
     summary = grade_pages(GradeRun("scored", str(pages), str(out), answer_key=str(key), backend="openai",
                                    coords="qwen25", min_pixels=budget.min_pixels, max_pixels=budget.max_pixels),
@@ -309,7 +317,7 @@ def test_answer_key_run_with_recorded_replies_writes_every_file_inside_out(tmp_p
     key = tmp_path / "key.yaml"
     key.write_text("1: x = 3\n2: 5\n")
     backend = RecordingBackend(budget)
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
     out = tmp_path / "out"
     run = GradeRun("recorded", str(pages), str(out), answer_key=str(key), backend="openai", coords="qwen25",
                    min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, pdf_dpi=100)
@@ -339,14 +347,14 @@ def test_a_page_the_endpoint_refused_is_counted_and_tried_again(tmp_path, budget
     pages.mkdir()
     Image.new("RGB", (400, 560), "white").save(pages / "a.png")
     backend = RecordingBackend(budget)
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
     run = GradeRun("recorded", str(pages), str(tmp_path / "out"), backend="openai", coords="qwen25",
                    min_pixels=budget.min_pixels, max_pixels=budget.max_pixels)
     monkeypatch.setattr(backend, "chat", lambda convs, sampling: [FailedReply("400 BadRequestError: too big")])
     refused = grade_pages(run, progress=False)
     assert refused["errors"] == 1 and refused["per_page"][0]["status"] == "error"
     monkeypatch.undo()
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (backend, None))
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
     again = grade_pages(run, progress=False)
     assert again["graded_now"] == 1 and again["errors"] == 0 and again["right"] == 1
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gbtrain.data.hub_export import EXPORT_RECORD, HubExportRun, check_export, export_hub
+from gbtrain.data.hub_export import HubExportRun, check_export, export_hub
+from gbtrain.outputs import HUB_EXPORT_RECORD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +54,7 @@ def test_the_export_opens_with_plain_datasets_and_holds_the_builds_rows(exported
             (image,) = row["images"]
             assert isinstance(image, PILImage.Image) and image.size == (row["image_width"], row["image_height"])
             assert [c["bytes"] for c in cells] == [(sft_dir / p).read_bytes() for p in paths]  # the JPEGs as built
-    record = json.loads((out / EXPORT_RECORD).read_text())
+    record = json.loads((out / HUB_EXPORT_RECORD).read_text())
     assert record["rows"] == {s: len(build[s]) for s in build}
     assert record["duplication"] > 1 and record["export_bytes"] > record["embedded_image_bytes"]
 
@@ -79,7 +80,7 @@ def test_a_rerun_replaces_an_earlier_or_stopped_export(sft_dir, tmp_path):
     out = tmp_path / "again"
     run = HubExportRun(build=str(sft_dir), out=str(out), license="cc-by-4.0")
     export_hub(run)
-    (out / EXPORT_RECORD).unlink()  # stopped before its record: only the export's own files are there
+    (out / HUB_EXPORT_RECORD).unlink()  # stopped before its record: only the export's own files are there
     export_hub(run)
     stale = out / "train" / "data-00007-of-00008.arrow"  # a shard of an earlier, larger export
     stale.write_bytes(b"old")
@@ -100,7 +101,7 @@ def test_an_output_folder_of_other_work_is_refused(sft_dir, tmp_path, where):
         out.mkdir()
         (out / "thesis.tex").write_text("x")
     listing = files_under(tmp_path)
-    message = "holds files that are not a gbtrain Hub export" if where == "other-files" else "folder of its own"
+    message = "holds files that export_hub did not write" if where == "other-files" else "folder of its own"
     with pytest.raises(ValueError, match=message):
         export_hub(HubExportRun(build=str(build), out=str(out)))
     assert files_under(tmp_path) == listing

@@ -10,7 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The pipeline's order (gbtrain/__init__.py says what each stage holds); a top-level module is core.
-STAGES = ("core", "data", "train", "inference", "metric", "evaluation", "miniature")
+STAGES = ("core", "data", "train", "inference", "metric", "evaluation", "grading", "miniature")
+# The synthetic generator is one source of pages among others: only it and the miniatures (tiny models taught to
+# read its handwriting) may import it, so real data never depends on how fake pages are made.
+GENERATOR = "gbtrain.data.synth"
+MAY_IMPORT_GENERATOR = (GENERATOR, "gbtrain.miniature")
 
 
 def module_name(path: Path, package_root: Path) -> str:
@@ -74,6 +78,23 @@ def import_cycles(package_root: Path) -> list[list[str]]:
     return cycles
 
 
+def generator_imports(package_root: Path) -> list[str]:
+    """`file:line: module imports target` for every import of the synthetic generator outside MAY_IMPORT_GENERATOR."""
+    problems = []
+    for path in sorted(package_root.rglob("*.py")):
+        mine = module_name(path, package_root)
+        if mine.startswith(MAY_IMPORT_GENERATOR):
+            continue
+        problems += [f"{path.relative_to(package_root.parent)}:{line}: {mine} imports {target} (the synthetic "
+                     f"generator)" for line, target in gbtrain_imports(path, package_root)
+                     if target == GENERATOR or target.startswith(GENERATOR + ".")]
+    return problems
+
+
+def test_real_data_code_never_imports_the_generator():
+    assert generator_imports(ROOT / "gbtrain") == []
+
+
 def test_every_stage_imports_only_earlier_stages():
     assert layering_violations(ROOT / "gbtrain") == []
 
@@ -106,6 +127,16 @@ def fake_package(tmp_path: Path) -> Path:
 def test_an_upward_import_inside_a_function_is_named_with_its_line(fake_package: Path):
     assert layering_violations(fake_package) == [
         "gbtrain/data/reader.py:5: a data module imports gbtrain.metric.scoring (metric, a later stage)"]
+
+
+def test_an_import_of_the_generator_outside_it_is_named(fake_package: Path):
+    (fake_package / "data" / "synth").mkdir()
+    (fake_package / "data" / "synth" / "__init__.py").write_text("")
+    (fake_package / "data" / "synth" / "generate.py").write_text("from gbtrain.coords import X\n")
+    (fake_package / "metric" / "scoring.py").write_text("from gbtrain.data.synth.generate import write_page\n")
+    assert generator_imports(fake_package) == [
+        "gbtrain/metric/scoring.py:1: gbtrain.metric.scoring imports gbtrain.data.synth.generate (the synthetic "
+        "generator)"]
 
 
 def test_a_submodule_imported_from_its_package_counts_and_a_cycle_is_found(fake_package: Path):

@@ -23,8 +23,9 @@ def toy_reading_set(out, tokenizer_dir, n_train: int, n_validation: int, seed: i
     """A 'which letter' SFT set in the builder's layout (DatasetDict + build_config.yaml), crops drawn afresh."""
     from datasets import Dataset, DatasetDict
 
-    from gbtrain.config import BuildConfig, to_yaml
+    from gbtrain.config import to_yaml
     from gbtrain.coords import PixelBudget
+    from gbtrain.data.build_config import BuildConfig
 
     rng = random.Random(seed)
     (out / "images").mkdir(parents=True)
@@ -53,9 +54,9 @@ def test_a_warmed_up_miniature_learns_to_read_through_the_recipe(tmp_path):
     from PIL import Image
     from transformers import AutoModelForImageTextToText
 
-    from gbtrain.config import FreezeSettings, LearningRates, TrainConfig
     from gbtrain.evaluation.probes import image_reliance
     from gbtrain.miniature.tiny_model import make_tiny_model
+    from gbtrain.train.config import FreezeSettings, LearningRates, TrainConfig
     from gbtrain.train.modeling import load_processor
     from gbtrain.train.trainer import train
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 from conftest import budget_for
 
-from gbtrain.config import FreezeSettings, LearningRates, LoraSettings, TrainConfig
+from gbtrain.train.config import FreezeSettings, LearningRates, LoraSettings, TrainConfig
 from gbtrain.train.modeling import (
     LLM,
     MERGER,

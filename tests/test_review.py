@@ -1,4 +1,4 @@
-"""The review loop (gbtrain.evaluation.review, eval/review.py): a graded folder written by grade_pages itself (its
+"""The review loop (gbtrain.grading.review*, eval/review.py): a graded folder written by grade_pages itself (its
 backend answering with canned replies, no model), exported as a sheet and as Label Studio tasks, reviewed as a
 teacher does it, imported back into a re-grade rate and into pages that the real builder and converter read."""
 
@@ -15,9 +15,11 @@ from PIL import Image
 
 from gbtrain.coords import to_model
 from gbtrain.data.annotations import load_level
-from gbtrain.evaluation import grading
-from gbtrain.evaluation.grading import GradeRun, grade_pages
-from gbtrain.evaluation.review import ReviewRun, export_review, import_review
+from gbtrain.grading import grade as grade_run
+from gbtrain.grading.grade import GradeRun, grade_pages
+from gbtrain.grading.review import ReviewRun
+from gbtrain.grading.review_export import export_review
+from gbtrain.grading.review_import import import_review
 from gbtrain.schema import Box
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +64,7 @@ def grade(tmp_path: Path, budget, monkeypatch, items=ITEMS) -> Path:
     Image.new("RGB", (300, 420), "white").save(pages / "c.pdf", resolution=100)
     key = tmp_path / "key.yaml"
     key.write_text(KEY, encoding="utf-8")
-    monkeypatch.setattr(grading, "open_backend", lambda run, plan: (CannedBackend(budget, items), None))
+    monkeypatch.setattr(grade_run, "open_backend", lambda run, plan: (CannedBackend(budget, items), None))
     out = tmp_path / "graded"
     grade_pages(GradeRun("canned", str(pages), str(out), answer_key=str(key), backend="openai", coords="qwen25",
                          min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, pdf_dpi=100), progress=False)
@@ -188,7 +190,7 @@ def test_label_studio_round_trip_reports_the_regrade_rate_and_builds(graded, tmp
     # which the real builder builds: the teacher's grades are the targets
     from datasets import load_from_disk
 
-    from gbtrain.config import BuildConfig, MixConfig
+    from gbtrain.data.build_config import BuildConfig, MixConfig
     from gbtrain.data.sft_dataset import build_sft_dataset
 
     sft = tmp_path / "sft"

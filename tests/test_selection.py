@@ -13,20 +13,17 @@ from pathlib import Path
 import pytest
 
 from gbtrain.evaluation.selection import (
-    COPY_MARKER,
-    Checkpoint,
     SelectRun,
     best_row,
     check_select_run,
     claim_selection_folder,
-    eval_losses,
-    find_checkpoints,
     markdown,
     split_records,
     table_row,
-    training_record,
     write_csv,
 )
+from gbtrain.outputs import COPY_MARKER
+from gbtrain.train.checkpoints import Checkpoint, eval_losses, find_checkpoints, training_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,8 +49,7 @@ def _model_folder(path: Path, kind: str = "full", weights: bool = True) -> Path:
 
 def _saved(path: Path, kind: str = "full", weights: bool = True, record=None, run_id: str | None = None) -> Path:
     """A checkpoint as the trainer leaves it: its files, its gbtrain record, then the completion marker."""
-    from gbtrain.coords import write_checkpoint_record
-    from gbtrain.train.checkpoints import mark_complete
+    from gbtrain.train.checkpoints import mark_complete, write_checkpoint_record
 
     _model_folder(path, kind, weights)
     if record is not None:
@@ -99,7 +95,8 @@ def test_every_checkpoint_is_found_by_step_with_its_kind_and_problem(tmp_path):
 
 
 def test_only_checkpoints_this_run_saved_are_taken_and_the_others_are_named(tmp_path):
-    from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+    from gbtrain.coords import PixelBudget
+    from gbtrain.train.checkpoints import CheckpointRecord, write_checkpoint_record
 
     run = tmp_path / "run"
     record = CheckpointRecord("qwen25", PixelBudget(3136, 200704))  # as the trainer writes it into every save
@@ -146,7 +143,8 @@ def test_a_checkpoint_whose_marker_names_another_run_or_other_files_is_named_not
 def test_a_run_still_going_takes_its_record_from_a_checkpoint_it_saved(tmp_path):
     """No root record yet: the data's coords come from a checkpoint find_checkpoints took, never from a folder it
     left out (checkpoint-0001 sorts first)."""
-    from gbtrain.coords import CheckpointRecord, PixelBudget
+    from gbtrain.coords import PixelBudget
+    from gbtrain.train.checkpoints import CheckpointRecord
 
     run = tmp_path / "run"
     ours = CheckpointRecord("qwen25", PixelBudget(3136, 200704))

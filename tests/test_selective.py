@@ -12,15 +12,20 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from gbtrain.coords import CheckpointRecord, to_model, write_checkpoint_record
+from gbtrain.coords import to_model
 from gbtrain.data.annotations import image_root, write_level
-from gbtrain.evaluation import grading, run, selection
-from gbtrain.evaluation.grading import SELECTIVE_RECORD, GradeRun, grade_pages, review_threshold
+from gbtrain.data.drawing import REVIEW_COLOR
+from gbtrain.evaluation import run, selection
 from gbtrain.evaluation.reports import selective_plot, selective_table
 from gbtrain.evaluation.selection import SelectRun, check_select_run, select_checkpoint
+from gbtrain.grading import grade
+from gbtrain.grading.grade import GradeRun, grade_pages
+from gbtrain.grading.threshold import review_threshold
 from gbtrain.inference.logprobs import Reply
 from gbtrain.metric.selective import SelectiveFlags, choose_threshold, coverage_table
+from gbtrain.outputs import SELECTIVE_RECORD
 from gbtrain.schema import Box, Mark, Record
+from gbtrain.train.checkpoints import CheckpointRecord, write_checkpoint_record
 
 # (judgment confidence, judged right) of six groups, each labelled right, sorted by confidence. Accuracy of the
 # groups at or above t: t <= 0.45: 4/6; 0.46-0.64: 3/5; 0.65-0.72: 3/4; 0.73-0.83: 2/3; 0.84-0.95: 1 (2, then 1)
@@ -176,7 +181,7 @@ def _training_run(folder: Path, budget) -> Path:
 def test_the_threshold_chosen_on_validation_is_the_one_grade_pages_applies(tmp_path, budget, monkeypatch, rule):
     backend = ConfidentBackend(budget)
     monkeypatch.setattr(run, "open_backend", lambda r, plan: (backend, None))
-    monkeypatch.setattr(grading, "open_backend", lambda r, plan: (backend, None))
+    monkeypatch.setattr(grade, "open_backend", lambda r, plan: (backend, None))
     data, best = _data(tmp_path / "data"), tmp_path / "best"
     summary = select_checkpoint(SelectRun(run=str(_training_run(tmp_path / "run", budget)), data=str(data),
                                           out=str(tmp_path / "select"), settings="L3-af", split="all", backend="hf",
@@ -218,14 +223,14 @@ def test_a_threshold_without_logprobs_sends_every_item_to_review(tmp_path, budge
     pages = tmp_path / "pages"
     pages.mkdir()
     Image.new("RGB", (400, 560), "white").save(pages / "a.png")
-    monkeypatch.setattr(grading, "open_backend", lambda r, plan: (PlainBackend(budget), None))
+    monkeypatch.setattr(grade, "open_backend", lambda r, plan: (PlainBackend(budget), None))
     summary = grade_pages(GradeRun("recorded", str(pages), str(tmp_path / "out"), backend="openai", coords="qwen25",
                                    min_pixels=budget.min_pixels, max_pixels=budget.max_pixels, review_threshold=0.5),
                           progress=False)
     assert summary["review"] == summary["items"] == summary["without_confidence"] == 1
     assert summary["review_threshold"] == {"threshold": 0.5, "source": "--review-threshold"}
     with Image.open(tmp_path / "out" / "overlays" / "a.png.png") as im:
-        assert grading.REVIEW_COLOR in {im.getpixel((x, 140)) for x in range(90, 110)}
+        assert REVIEW_COLOR in {im.getpixel((x, 140)) for x in range(90, 110)}
 
 
 def test_a_threshold_that_cannot_apply_is_one_line_naming_the_way_out(tmp_path):

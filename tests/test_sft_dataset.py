@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from gbtrain.config import BuildConfig, MixConfig
 from gbtrain.coords import PixelBudget
+from gbtrain.data.build_config import BuildConfig, MixConfig
 from gbtrain.data.sft_dataset import build_sft_dataset, load_sft_dataset, split_of
 
 # the pixel budget of the session's tiny model (tests/conftest.py)
@@ -267,7 +267,8 @@ def test_the_trainer_trains_a_step_on_a_moved_build(moved_build, tiny_model_dir,
     build: one optimizer step, in this process."""
     from pathlib import Path
 
-    from gbtrain.config import TrainConfig, load_config
+    from gbtrain.config import load_config
+    from gbtrain.train.config import TrainConfig
     from gbtrain.train.trainer import train
 
     recipe = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny_cpu.yaml"

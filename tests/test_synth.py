@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gbtrain.data import fonts
 from gbtrain.data.annotations import load_dataset
-from gbtrain.data.synth import fonts
 from gbtrain.data.synth.banks import BANKS, make_question
 from gbtrain.data.synth.banks import QUESTION_TYPES as BANK_TYPES
 from gbtrain.data.synth.generate import SynthOptions, generate_page, render_page

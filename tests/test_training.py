@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import FAMILY_RUN_FIXTURES, RECIPE_LORA, launch, run_script
 
-from gbtrain.config import TrainConfig
 from gbtrain.coords import PixelBudget
+from gbtrain.train.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,7 +211,7 @@ def test_vision_must_match_the_dataset(sft_dir, tiny_model_dir):
 def test_an_output_dir_holding_other_work_is_refused(sft_dir, tiny_model_dir, tmp_path):
     """A new run into another run's output_dir would continue, mix or (save_total_limit) delete its
     checkpoints: refused, naming what differs; the same run continues only with --resume."""
-    from gbtrain.config import TrainConfig
+    from gbtrain.train.config import TrainConfig
     from gbtrain.train.trainer import claim_output_dir
 
     out = tmp_path / "run"

@@ -5,8 +5,8 @@ import torch
 from conftest import budget_for
 from PIL import Image, ImageDraw
 
-from gbtrain.config import FreezeSettings, TrainConfig
 from gbtrain.train.collator import GradingCollator
+from gbtrain.train.config import FreezeSettings, TrainConfig
 from gbtrain.train.modeling import check_options, load_processor, setup_model
 from gbtrain.train.vision_cache import install_vision_cache
 

@@ -1,9 +1,13 @@
 """Stage 1, data: annotated pages in, SFT conversations out.
 
 - ``annotations``: read, validate and write the GradingBench on-disk layout.
+- ``pages``: a page's images and L1 crops as that layout stores them (every writer of pages calls it).
+- ``build_config``: the dataset build's config (data_builders/build_sft.py).
+- ``fonts``, ``drawing``: the committed font subsets, and the one drawer of boxes and labels on a page.
+- ``hub_export``: a finished build as a self-contained Hub dataset (data_builders/export_hub.py).
 - ``conversations``: SFT conversations (targets as JSON) built from records.
 - ``sft_dataset``: the SFT DatasetDict build, its card, and loading it for training.
 - ``preview``: pages drawn with their annotations, to check a conversion by eye.
 - ``converters``: exports of annotation tools (Label Studio, CVAT, COCO, labelme) to the GradingBench layout.
-- ``synth``: the synthetic exam-page generator (the embedded default dataset).
+- ``synth``: the synthetic exam-page generator (the embedded default dataset); only it and the miniatures import it.
 """

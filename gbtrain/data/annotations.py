@@ -26,7 +26,7 @@ from gbtrain.coords import aspect_problem
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
     CONTENT_FORMATS,
-    LABEL_ALIASES,
+    LABEL_WORDS,
     LABELS,
     QUESTION_TYPE_ALIASES,
     QUESTION_TYPES,
@@ -36,6 +36,7 @@ from gbtrain.schema import (
     Mark,
     Record,
 )
+from gbtrain.values import alias_lookup
 from gbtrain.vocabulary import L1, L2, L3, LEVELS
 
 # Keys as they appear in the data: English first, then the Chinese spelling (纬度 is the data's typo).
@@ -102,7 +103,7 @@ class _Vocabulary:
     section: str
 
     def lookup(self, raw: str) -> str | None:
-        return self.aliases.get(raw) or self.aliases.get(raw.lower())
+        return alias_lookup(self.aliases, raw)
 
 
 def _vocabularies(data_dir: Path) -> dict[str, _Vocabulary]:
@@ -115,7 +116,7 @@ def _vocabularies(data_dir: Path) -> dict[str, _Vocabulary]:
     if bad:
         raise AnnotationError([Problem(str(path), None, "; ".join(bad))])
     return {
-        "label": _Vocabulary("markLabel", {**LABEL_ALIASES, **user.labels}, UNKNOWN, "labels"),
+        "label": _Vocabulary("markLabel", {**LABEL_WORDS, **user.labels}, UNKNOWN, "labels"),
         "stage": _Vocabulary("educational_stage", {**STAGE_ALIASES, **user.stages}, None, "stages"),
         "type": _Vocabulary("dimension2", {**QUESTION_TYPE_ALIASES, **user.question_types}, "Other", "question_types"),
         "format": _Vocabulary("dimension1", {**CONTENT_FORMAT_ALIASES, **user.content_formats}, "Other",
@@ -282,19 +283,6 @@ def _points(value, key: str) -> float | None:
         finite = False
     if not finite:
         raise ValueError(f"{key} must be a finite number of points, got {value!s:.60}")
-    return value
-
-
-def points_from_text(text: str) -> float:
-    """Points written as text (a tool's attribute, an answer key, a teacher's sheet): `7` stays an int, `7.5` a
-    float. A ValueError says "not a number" or "not a finite number"; each caller names where the text was."""
-    cleaned = text.strip()
-    try:
-        value = int(cleaned) if cleaned.lstrip("+-").isdigit() else float(cleaned)
-    except ValueError:
-        raise ValueError("not a number") from None
-    if not math.isfinite(value):
-        raise ValueError("not a finite number")
     return value
 
 

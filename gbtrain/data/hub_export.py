@@ -26,14 +26,13 @@ from pathlib import Path
 
 import yaml
 
-from gbtrain.config import option, overlapping, require_out
+from gbtrain.config import option
 from gbtrain.data.sft_dataset import SPLITS, dataset_coords, dataset_pixel_budget, finished_build, load_sft_dataset
+from gbtrain.outputs import HUB_EXPORT_RECORD, SYNTH_RECORD, claim_rebuilt_folder, overlapping, require_out
 
-EXPORT_RECORD = "gbtrain_export.json"  # written last: a rerun may replace a folder that has it, and no other
 README = "README.md"
-_OUTPUTS = (README, EXPORT_RECORD, "dataset_dict.json", *SPLITS)  # what a rerun replaces
+_OUTPUTS = (README, HUB_EXPORT_RECORD, "dataset_dict.json", *SPLITS)  # what a rerun replaces
 SHARD_BYTES = 500 * 2**20  # images per Arrow file, as datasets' own default shard size
-SYNTH_RECORD = "synth_pages.json"  # data_builders/synth_pages.py's record in a folder of synthetic pages
 
 
 @dataclass
@@ -57,9 +56,7 @@ def check_export(run: HubExportRun) -> None:
     out = Path(run.out)
     held = {p.name for p in out.iterdir()} if out.is_dir() else set()
     killed = held <= set(_OUTPUTS) and held & set(SPLITS)  # what an export stopped before its record leaves
-    if held and EXPORT_RECORD not in held and not killed:
-        raise ValueError(f"out {out} holds files that are not a gbtrain Hub export (no {EXPORT_RECORD}): choose "
-                         f"another --out (or an empty one)")
+    claim_rebuilt_folder(out, "--out", "export_hub", HUB_EXPORT_RECORD in held or bool(killed))
     if run.push_to_hub is not None:
         from huggingface_hub import constants
         from huggingface_hub.utils import validate_repo_id
@@ -90,7 +87,7 @@ def export_hub(run: HubExportRun) -> dict:
     # leaves an empty split's features as they were: it is made anew with the export's.)
     dd = DatasetDict({name: split.select_columns(columns).cast(features, keep_in_memory=True) if len(split) else
                       Dataset.from_dict({c: [] for c in columns}, features=features) for name, split in dd.items()})
-    (out / EXPORT_RECORD).unlink(missing_ok=True)
+    (out / HUB_EXPORT_RECORD).unlink(missing_ok=True)
     for name in _OUTPUTS:
         target = out / name
         if target.is_dir():
@@ -110,7 +107,7 @@ def export_hub(run: HubExportRun) -> dict:
     (out / README).write_text(render_readme(build, record), encoding="utf-8")
     record |= {"build_bytes": folder_bytes(build), "export_bytes": folder_bytes(out),
                "seconds": round(time.perf_counter() - start, 1)}
-    (out / EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    (out / HUB_EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     if run.push_to_hub is not None:
         push(out, run.push_to_hub, run.private, render_readme(build, record, local_files=False))
     return record
@@ -149,7 +146,7 @@ def render_readme(build: Path, record: dict, local_files: bool = True) -> str:
         options = json.loads(synth.read_text(encoding="utf-8"))
         source = (f"The pages are gbtrain's synthetic exam pages ({options.get('pages')} pages, seed "
                   f"{options.get('seed')}, profile {options.get('profile')}), rendered with fonts under their own "
-                  f"licences (gbtrain/data/synth/fonts/).")
+                  f"licences (gbtrain/data/fonts/).")
     else:
         source = "The build does not record where its pages come from."
     licence = (f"`license: {record['license']}` was given at export." if record["license"] != "unknown" else

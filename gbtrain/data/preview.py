@@ -10,20 +10,16 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from gbtrain.config import option, overlapping, require_out
+from gbtrain.config import option
 from gbtrain.data.annotations import LoadedLevel, image_path, load_dataset
-from gbtrain.data.converters import REPORT
-from gbtrain.data.synth.fonts import draw_text
+from gbtrain.data.drawing import Shape, cut, draw_shapes, verdict_color
 from gbtrain.files import read_json
-from gbtrain.schema import CONTEXT, RIGHT, WRONG, Record
+from gbtrain.outputs import CONVERT_REPORT, overlapping, require_out
+from gbtrain.schema import Record
 from gbtrain.text import safe_name
 from gbtrain.vocabulary import L3, LEVELS
-
-COLORS = {RIGHT: (0, 150, 0), WRONG: (210, 0, 0), CONTEXT: (40, 90, 220)}
-OTHER_COLOR = (220, 130, 0)  # half_right, unanswered, unknown
-TEXT_CHARS = 40  # transcriptions longer than this are cut on the drawing
 
 
 @dataclass
@@ -51,7 +47,7 @@ def summarize(loaded: dict[str, LoadedLevel], data_dir: str | Path) -> dict:
             "question_types": dict(Counter(g.question_type for g in groups).most_common()),
             "problems": [str(p) for p in lv.skipped], "warnings": [str(p) for p in lv.warnings],
         }
-    report = Path(data_dir) / REPORT
+    report = Path(data_dir) / CONVERT_REPORT
     if report.is_file():
         summary["conversion"] = conversion_status(report)
     return summary
@@ -88,28 +84,22 @@ def summary_lines(summary: dict, shown: int = 20) -> list[str]:
     elif conversion and conversion["status"] != "complete":
         lines.append("the conversion that wrote this folder did not finish: rerun data_builders/convert.py")
     elif conversion:
-        lines.append(f"left out by the conversion: {conversion['unmapped']} items (see {REPORT})")
+        lines.append(f"left out by the conversion: {conversion['unmapped']} items (see {CONVERT_REPORT})")
     return lines
 
 
 def draw_ground_truth(image: Image.Image, record: Record) -> Image.Image:
     """The record's marks on its image: answer boxes coloured by verdict (green right, red wrong, orange other),
     labelled `id verdict` above and `"transcription" | reference` below; question regions in blue."""
-    img = image.convert("RGB")
-    draw = ImageDraw.Draw(img)
-    size = max(12, img.width // 70)
+    shapes = []
     for m in record.marks:
-        color = COLORS.get(m.label, OTHER_COLOR)
-        draw.polygon(m.points if len(m.points) > 2 else m.box.as_list(), outline=color, width=2 if m.is_context
-                     else 3)
-        b = m.box
+        outline = m.points if len(m.points) > 2 else m.box.as_list()
         if m.is_context:
-            draw_text(draw, b.x1 + 3, b.y1 + size + 2, f"Q{m.question_id or m.mark_id}", size, color)
-            continue
-        draw_text(draw, b.x1, max(size, b.y1 - 3), f"{m.mark_id} {m.label}", size, color)
-        hand = m.hand if len(m.hand) <= TEXT_CHARS else m.hand[:TEXT_CHARS - 1] + "…"
-        draw_text(draw, b.x1, b.y2 + size + 2, f'"{hand}"' + (f" | {m.std}" if m.reference else ""), size, color)
-    return img
+            shapes.append(Shape(outline, verdict_color(m.label), 2, inside=f"Q{m.question_id or m.mark_id}"))
+        else:
+            shapes.append(Shape(outline, verdict_color(m.label), above=f"{m.mark_id} {m.label}",
+                                below=f'"{cut(m.hand)}"' + (f" | {m.std}" if m.reference else "")))
+    return draw_shapes(image, shapes)
 
 
 def pick(records: list[Record], n: int) -> list[Record]:

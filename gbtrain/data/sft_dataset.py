@@ -24,11 +24,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from gbtrain.config import BuildConfig, below_minimum, load_yaml, overlapping, to_yaml
+from gbtrain.config import below_minimum, load_yaml, to_yaml
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data import annotations
+from gbtrain.data.build_config import BuildConfig
 from gbtrain.data.conversations import Conversation, build_conversation, with_image_placeholder
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
+from gbtrain.outputs import overlapping
 from gbtrain.schema import Record
 from gbtrain.vocabulary import LEVELS, MODES
 

@@ -19,13 +19,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from gbtrain import prompts
-from gbtrain.coords import (
-    DEFAULT_L2_MARGIN,
-    PixelBudget,
-    convention_for_model,
-    read_checkpoint_record,
-    to_model,
-)
+from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget, convention_for_model, to_model
 from gbtrain.data.annotations import image_path, load_level
 from gbtrain.data.conversations import points_to_grade, prompt_inputs
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
@@ -43,6 +37,7 @@ from gbtrain.metric.scoring import (
     score,
 )
 from gbtrain.schema import Record
+from gbtrain.train.checkpoints import read_checkpoint_record
 from gbtrain.vocabulary import ALL_SETTINGS, ANSWER_BASED, L1, LEVELS, MODE_OF_SHORT, MODES, setting_name
 
 

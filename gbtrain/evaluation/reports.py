@@ -11,9 +11,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from gbtrain.config import option
+from gbtrain.data.drawing import GROUND_TRUTH_COLOR, PREDICTION_COLOR, Shape, cut, draw_shapes
 from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes, PairingError, paired_gains
 from gbtrain.schema import Record
 from gbtrain.text import markdown_text, redact
@@ -314,30 +315,22 @@ def outcome(group: dict) -> str:
 def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxes: list, out: Path) -> Path:
     """The page with GT boxes (green), predicted boxes (red), matched pairs linked, each GT group labelled
     with its outcome and each prediction with its text, answer and judgment."""
-    from gbtrain.data.synth.fonts import draw_text
-
-    img = image.convert("RGB")
-    draw = ImageDraw.Draw(img)
-    size = max(12, img.width // 70)
     outcomes = {g["group_id"]: g for g in setting_report["groups"] if g["record_id"] == record.record_id}
-    for g in record.groups:
-        b = g.box
-        verdict = outcome(outcomes.get(g.group_id, {}))
-        draw.rectangle(b.as_list(), outline=(0, 170, 0), width=3)
-        draw_text(draw, b.x1, max(size, b.y1 - 3), f"{g.group_id} {verdict}", size, (0, 130, 0))
+    shapes = [Shape(g.box.as_list(), GROUND_TRUTH_COLOR, above=f"{g.group_id} {outcome(outcomes.get(g.group_id, {}))}")
+              for g in record.groups]
+    links = []
     for ib in items_boxes:
         if ib.box is None:
             continue
         b = ib.box
-        draw.rectangle(b.as_list(), outline=(220, 0, 0), width=2)
-        label = f"{ib.item.text} | {ib.item.answer} | {ib.item.correctness}"
-        draw_text(draw, b.x1, b.y2 + size + 2, label[:40], size, (200, 0, 0))
+        shapes.append(Shape(b.as_list(), PREDICTION_COLOR, 2,
+                            below=cut(f"{ib.item.text} | {ib.item.answer} | {ib.item.correctness}")))
         best = min(record.groups, key=lambda g: (g.box.center[0] - b.center[0]) ** 2 + (g.box.center[1] - b.center[1])
                    ** 2, default=None)
         if best is not None and outcomes.get(best.group_id, {}).get("localized"):
-            draw.line([b.center, best.box.center], fill=(0, 0, 230), width=2)
+            links.append((b.center, best.box.center))
     out.parent.mkdir(parents=True, exist_ok=True)
-    img.save(out)
+    draw_shapes(image, shapes, links).save(out)
     return out
 
 

@@ -4,20 +4,12 @@ to the written reports.
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from gbtrain import prompts
-from gbtrain.config import below_minimum, identity_differences, option, overlapping, require_model, require_out
-from gbtrain.coords import (
-    CONVENTIONS,
-    DEFAULT_L2_MARGIN,
-    PixelBudget,
-)
+from gbtrain.config import below_minimum, option, require_model
+from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data.annotations import annotations_sha256
 from gbtrain.evaluation.engine import (
     GRADING_SCHEMA,
@@ -30,13 +22,13 @@ from gbtrain.evaluation.engine import (
     parse_settings,
     run_diagnostics,
 )
-from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.intervals import IntervalFlags
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.metric.parsing import parse_response
 from gbtrain.metric.points import PointsFlags
+from gbtrain.outputs import FolderLock, claim_output_folder, overlapping, require_out
 from gbtrain.text import redact, safe_name
 from gbtrain.vocabulary import L2, one_of
 
@@ -61,9 +53,6 @@ class EvalRun(ModelOptions, PointsFlags, IntervalFlags):
     overlays: int = option(4, "records drawn per L1/L3 setting")
 
 
-RUN_RECORD = "run.json"
-
-
 def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: float = DEFAULT_L2_MARGIN) -> dict:
     """What makes an evaluation folder's predictions: the model, how it was asked, and on which data.
     (`--limit`, batch sizes, parallelism and the judge may change between reruns: they do not change a line.)"""
@@ -74,78 +63,6 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: floa
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "l2_margin": l2_margin,
             "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
             "data": str(data.resolve()), "annotations_sha256": annotations_sha256(data)}
-
-
-class FolderLock:
-    """An exclusive lock on OUTDIR/.lock for the whole run (released by the OS if the process dies), so two
-    runs never append to the same prediction files; the holder's pid is in the file for the message."""
-
-    def __init__(self, out: Path):
-        self.path = out / ".lock"
-
-    def __enter__(self):
-        import fcntl
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "a+", encoding="utf-8")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.file.seek(0)
-            holder = self.file.read().strip() or "another process"
-            self.file.close()
-            raise ValueError(f"{self.path.parent} is in use by another evaluation ({holder}): wait for it to "
-                             f"finish, or choose another --out") from None
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write(f"pid {os.getpid()}")
-        self.file.flush()
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
-
-
-def _recorded_identity(path: Path) -> dict | None:
-    """An earlier run's run.json; None when it cannot be read (it cannot vouch for the predictions beside it)."""
-    try:
-        recorded = read_json(path)
-    except ValueError:
-        return None
-    return recorded if isinstance(recorded, dict) else None
-
-
-def claim_output_folder(out: Path, identity: dict, overwrite: bool, work: Iterable[str] = ("predictions",),
-                        record: str = RUN_RECORD, discard: bool = False) -> None:
-    """Record what makes this folder's work (`identity`, whose "tool" names the tool) in `record`; a rerun with
-    anything else is refused rather than mixed with it, or with --overwrite the old work goes first (`discard`: even
-    work made the same way, for a tool whose --overwrite redoes everything). `work`: the entries of `out` that hold
-    it. Work that no readable record of the same tool vouches for was not written by it: it is never reused, and
-    never deleted, --overwrite or not. A record without work (a run that stopped before its first batch) is
-    replaced."""
-    path = out / record
-    present = [out / name for name in work if (out / name).exists()]
-    held = [p for p in present if not _empty_folder(p)]  # an empty folder holds no work to vouch for
-    if held:
-        recorded = _recorded_identity(path) if path.is_file() else None
-        tool = identity["tool"]
-        if recorded is None or recorded.get("tool") != tool:
-            raise ValueError(f"{out} holds {', '.join(p.name for p in held[:3])} that no readable {record} of {tool} "
-                             f"vouches for: choose another --out (--overwrite discards only work that {tool} "
-                             f"recorded)")
-        differs = identity_differences(recorded, identity)
-        if differs and not overwrite:
-            raise ValueError(f"{out} holds work made otherwise ({'; '.join(differs)}): choose another --out, or pass "
-                             f"--overwrite to discard it")
-        if overwrite and (differs or discard):
-            for folder in present:
-                shutil.rmtree(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(identity, indent=1) + "\n")
-
-
-def _empty_folder(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
 
 
 def check_run(run: EvalRun) -> None:
@@ -226,7 +143,7 @@ def resolve_run(run: EvalRun) -> RunPlan:
 
 def open_backend(run: EvalRun, plan: RunPlan):
     """The evaluated model's backend as the run's options ask, and its tokenizer (None for an endpoint: its
-    prompts cannot be measured here). Grading new pages (gbtrain.evaluation.grading) opens its model here too, so both
+    prompts cannot be measured here). Grading new pages (gbtrain.grading.grade) opens its model here too, so both
     tools ask a checkpoint the same way."""
     options = BackendOptions(plan.budget, run.max_model_len, run.tensor_parallel_size, run.data_parallel_size,
                              run.structured, plan.memory, run.hf_batch_size, run.base_url, run.api_key_env,

@@ -31,50 +31,49 @@ import json
 import math
 import re
 import shutil
-from contextlib import suppress
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from gbtrain.cli import describe
-from gbtrain.config import option, overlapping, require_model
-from gbtrain.coords import (
-    CHECKPOINT_RECORD,
-    CONVENTIONS,
-    CheckpointRecord,
-    PixelBudget,
-    read_checkpoint_record,
-    write_checkpoint_record,
-)
+from gbtrain.config import option, require_model
+from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.data.annotations import annotations_sha256, image_root, load_level, write_level
 from gbtrain.data.sft_dataset import (
-    dataset_coords,
-    dataset_l2_margin,
-    dataset_pixel_budget,
     finished_build,
     split_of,
 )
 from gbtrain.evaluation.engine import parse_settings
-from gbtrain.evaluation.grading import SELECTIVE_RECORD
-from gbtrain.evaluation.run import EvalRun, FolderLock, check_run, claim_output_folder, evaluate_checkpoint
+from gbtrain.evaluation.run import EvalRun, check_run, evaluate_checkpoint
 from gbtrain.files import read_json, write_atomic
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_from_spec, judge_usage
 from gbtrain.metric.selective import SelectiveFlags, choose_threshold, rule_flag
+from gbtrain.outputs import (
+    COPY_MARKER,
+    SELECTION_RECORD,
+    SELECTIVE_RECORD,
+    TRAINING_RECORD,
+    FolderLock,
+    claim_output_folder,
+    overlapping,
+)
 from gbtrain.schema import Record
 from gbtrain.text import markdown_text, redact
-from gbtrain.train.checkpoints import RUN_RECORD, checkpoint_problem, is_trainer_name
+from gbtrain.train.checkpoints import (
+    Checkpoint,
+    CheckpointRecord,
+    eval_losses,
+    find_checkpoints,
+    read_training_run,
+    training_record,
+    write_checkpoint_record,
+)
 from gbtrain.vocabulary import L3
 
-SELECTION_RECORD = "selection_run.json"
 SPLITS = ("validation", "test", "all")
 METRICS = ("accuracy", "map")
-WEIGHTS = {"full": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                    "pytorch_model.bin.index.json"),
-           "lora": ("adapter_model.safetensors", "adapter_model.bin")}
-# What a copy of the best checkpoint leaves behind: the trainer's state, and a run root's other work.
 NOT_COPIED = ("optimizer.pt", "scheduler.pt", "rng_state*.pth", "global_step*", "latest", "zero_to_fp32.py",
-              "training_args.bin", "trainer_state.json", "checkpoint-*", "runs", RUN_RECORD)
-COPY_MARKER = "gbtrain_selected.json"
+              "training_args.bin", "trainer_state.json", "checkpoint-*", "runs", TRAINING_RECORD)
 _EVAL_FOLDER = re.compile(r"(checkpoint|final)-\d+")
 
 
@@ -105,154 +104,6 @@ class SelectRun(ModelOptions, SelectiveFlags):
     overwrite: bool = option(False, "discard the earlier evaluations in --out and redo")
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """A saved model of the run: checkpoint-N, or the final model at the run's root (named final-N)."""
-
-    name: str
-    step: int
-    path: Path
-    kind: str  # full | lora
-    problem: str | None = None  # why it cannot be evaluated, found before any model loads
-
-
-# --------------------------------------------------------------------------------- discovery
-def _inspect(folder: Path) -> tuple[str, str | None]:
-    """(kind, problem) of a saved model folder."""
-    kind = "lora" if (folder / "adapter_config.json").is_file() else "full"
-    if kind == "full" and not (folder / "config.json").is_file():
-        return kind, "no config.json or adapter_config.json: not a saved model"
-    if any((folder / name).is_file() for name in WEIGHTS[kind]):
-        return kind, None
-    shards = sorted(p.name for p in folder.glob("global_step*") if p.is_dir())
-    if shards:
-        return kind, (f"holds only DeepSpeed ZeRO shards ({shards[0]}/): gather the weights with its zero_to_fp32.py, "
-                      f"or train with stage3_gather_16bit_weights_on_model_save")
-    return kind, f"no weights ({WEIGHTS[kind][0]})"
-
-
-def _not_this_runs(path: Path, run_record: CheckpointRecord | None, run_id: str | None) -> str | None:
-    """Why a checkpoint-* entry is not a complete checkpoint the trainer saved in this run (None when it is): its
-    name is not the trainer's (so no two name one step), it is a link to elsewhere, its gbtrain record differs from
-    the run's, or its completion marker is missing, names another run or no longer matches its files."""
-    if not is_trainer_name(path.name):
-        return "not a name the trainer writes (checkpoint-N, N in digits without leading zeros)"
-    if path.is_symlink():
-        return f"a symbolic link (to {path.resolve()}), not a checkpoint saved in this run"
-    if not path.is_dir():
-        return "not a folder"
-    if run_record is not None:
-        try:
-            recorded = read_checkpoint_record(path)
-        except ValueError as e:
-            return str(e)
-        if recorded not in (None, run_record):
-            return f"its {CHECKPOINT_RECORD} differs from the run's: a checkpoint of another run"
-    return checkpoint_problem(path, run_id)
-
-
-def _run_id(run_dir: Path) -> str | None:
-    """The id the recipe recorded for the run in its output_dir (None: not recorded, any run's marker is taken)."""
-    try:
-        recorded = read_json(run_dir / RUN_RECORD)
-    except (OSError, ValueError):
-        return None
-    return recorded.get("run_id") if isinstance(recorded, dict) else None
-
-
-def _final_step(run_dir: Path) -> int | None:
-    try:
-        return int(read_json(run_dir / "train_summary.json")["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def find_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[str]]:
-    """Every checkpoint-N folder of a training output_dir and its final model, by step, with notes on what was not
-    taken. The final model is the last checkpoint's weights when the trainer saved one at the same step (it saves
-    the last step), so it is evaluated only when that checkpoint is gone."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"training folder not found: {run_dir}")
-    found, notes = [], []
-    run_record, run_id = read_checkpoint_record(run_dir), _run_id(run_dir)
-    for path in sorted(run_dir.iterdir()):
-        if not path.name.startswith("checkpoint-"):
-            continue
-        why_not = _not_this_runs(path, run_record, run_id)
-        if why_not:
-            notes.append(f"{path.name} is not evaluated: {why_not}")
-        else:
-            found.append(Checkpoint(path.name, int(path.name.removeprefix("checkpoint-")), path, *_inspect(path)))
-    kind, problem = _inspect(run_dir)
-    if problem is None:
-        step = _final_step(run_dir)
-        if step is None:
-            notes.append(f"the final model in {run_dir} is not evaluated: train_summary.json, which gives its step, "
-                         f"cannot be read")
-        elif any(c.step == step for c in found):
-            notes.append(f"the final model in {run_dir} is checkpoint-{step}'s weights (saved at the same step)")
-        else:
-            found.append(Checkpoint(f"final-{step}", step, run_dir, kind))
-    if not found:  # the notes say why each checkpoint-N folder (or the final model) was not taken
-        why = f" that can be evaluated ({'; '.join(notes)})" if notes else ""
-        raise ValueError(f"{run_dir}: no checkpoint-N folder and no final model{why}: point --run at a training "
-                         f"output_dir (recipes/sft_qwen.py output_dir=...)")
-    return sorted(found, key=lambda c: (c.step, c.name)), notes
-
-
-def read_training_run(run_dir: str | Path) -> dict:
-    """The recipe's record of the run (base model, dataset); the selection cannot know them otherwise."""
-    path = Path(run_dir) / RUN_RECORD
-    try:
-        record = read_json(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} not found: --run must be a recipes/sft_qwen.py output_dir") from None
-    except ValueError as e:
-        raise ValueError(f"{path} cannot be read ({e}): not a gbtrain training record") from None
-    if not isinstance(record, dict) or not isinstance(record.get("model"), str):
-        raise ValueError(f"{path} is not a gbtrain training record (no model)")
-    if not isinstance(record.get("dataset", ""), str | None):  # the folder whose build record gives the split
-        raise ValueError(f"{path} is not a gbtrain training record (dataset {record['dataset']!r:.60} is not a "
-                         f"folder)")
-    return record
-
-
-def training_record(run_dir: str | Path, training: dict, checkpoints: list[Checkpoint]) -> CheckpointRecord | None:
-    """Coords, pixel budget and L2 margin of the run's training data: the root's record (written when the run
-    finished), else that of one of `checkpoints` (those find_checkpoints took: a run still going), else the
-    dataset's build record; None when none is there (the evaluator then guesses)."""
-    for folder in [Path(run_dir), *(c.path for c in checkpoints)]:
-        recorded = read_checkpoint_record(folder)
-        if recorded:
-            return recorded
-    dataset = training.get("dataset")
-    if isinstance(dataset, str) and (Path(dataset) / "build_config.yaml").is_file():
-        coords, budget = dataset_coords(dataset), dataset_pixel_budget(dataset)
-        if coords and budget:
-            return CheckpointRecord(coords, budget, dataset_l2_margin(dataset))
-    return None
-
-
-def eval_losses(run_dir: str | Path) -> dict[int, float]:
-    """Eval loss by step from the trainer's log history (the newest checkpoint's holds the deleted ones' too) and
-    from train_summary.json (the final evaluation)."""
-    run_dir = Path(run_dir)
-    losses: dict[int, float] = {}
-    for state in run_dir.glob("checkpoint-*/trainer_state.json"):
-        try:
-            history = read_json(state)["log_history"]
-            losses |= {int(h["step"]): float(h["eval_loss"]) for h in history if "eval_loss" in h}
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a damaged checkpoint's state: its row says why when the checkpoint itself fails
-    step = _final_step(run_dir)
-    if step is not None and step not in losses:
-        with suppress(OSError, ValueError, KeyError, TypeError):
-            losses[step] = float(read_json(run_dir / "train_summary.json")["eval_loss"])
-    return losses
-
-
-# --------------------------------------------------------------------------------- the evaluated records
 def split_records(data: str | Path, levels: list[str], split: str, dataset: str | None) -> dict[str, list[Record]]:
     """The records of each level whose page the training build put in `split` (the builder's own rule, seed and
     shares), so no checkpoint is scored on pages it trained on; `all`: every record (a held-out folder)."""
@@ -535,7 +386,7 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
     if template.min_pixels is not None and template.max_pixels is not None:  # else each evaluation's check
         PixelBudget(template.min_pixels, template.max_pixels)
     identity = {"run": str(run_dir.resolve()),
-                "run_record_sha256": hashlib.sha256((run_dir / RUN_RECORD).read_bytes()).hexdigest()[:16],
+                "run_record_sha256": hashlib.sha256((run_dir / TRAINING_RECORD).read_bytes()).hexdigest()[:16],
                 "data": str(Path(sel.data).resolve()), "annotations_sha256": annotations_sha256(sel.data),
                 "split": sel.split, "settings": settings, "limit": sel.limit, "backend": sel.backend,
                 "judge": redact(sel.judge), "base": base if any(c.kind == "lora" for c in candidates)

@@ -4,4 +4,5 @@
 - ``vllm``, ``hf``, ``openai``: the backends (vLLM offline engine with data-parallel ranks, transformers
   ``generate``, any OpenAI-compatible endpoint).
 - ``registry``: ``BACKENDS``, ``make_backend``, the shared model flags (``ModelOptions``) and the judge's backend.
+- ``logprobs``: token logprobs as the backends return them, in one form.
 """

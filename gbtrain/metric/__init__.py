@@ -5,4 +5,7 @@
 - ``points``: a model's points against teachers' (errors, banded kappa, coverage).
 - ``scoring``: the GradingBench gated metric and localization mAP.
 - ``agreement``: the points report from two score files (eval/agreement.py).
+- ``intervals``: confidence intervals over pages, and paired gains between two evaluations.
+- ``confidence``: each item's judgment and box confidence from the reply's token logprobs.
+- ``selective``: coverage-accuracy tables and the review threshold chosen from them.
 """

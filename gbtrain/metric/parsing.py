@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from gbtrain.values import points_from_text
 from gbtrain.vocabulary import FALSE_WORDS, TRUE_WORDS
 
 # Failure reasons (the scorer counts them).
@@ -299,13 +300,14 @@ def parse_number(v) -> float | None:
 
 def parse_points(v) -> tuple[float | None, str | None]:
     """A model's score as points, or why it is none: (points, None), or (None, NOT_A_NUMBER / NOT_FINITE). A number
-    written as text ("7.5") counts; a fraction or a grade ("7/10", "B") does not."""
+    written as text counts as gbtrain.values.points_from_text reads it ("7.5", "2,5"); a fraction or a grade ("7/10",
+    "B") does not."""
     if isinstance(v, bool) or not isinstance(v, int | float | str):
         return None, NOT_A_NUMBER
     try:
-        value = float(v.strip()) if isinstance(v, str) else float(v)
-    except ValueError:
-        return None, NOT_A_NUMBER
+        value = float(points_from_text(v) if isinstance(v, str) else v)
+    except ValueError as e:
+        return None, NOT_FINITE if str(e) == "not a finite number" else NOT_A_NUMBER
     except OverflowError:  # an integer beyond a float's range
         return None, NOT_FINITE
     return (value, None) if math.isfinite(value) else (None, NOT_FINITE)

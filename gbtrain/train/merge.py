@@ -8,8 +8,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from gbtrain.config import option, overlapping, require_model
-from gbtrain.coords import CHECKPOINT_RECORD, read_checkpoint_record
+from gbtrain.config import option, require_model
+from gbtrain.outputs import overlapping
+from gbtrain.train.checkpoints import CHECKPOINT_RECORD, read_checkpoint_record
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 

@@ -11,10 +11,11 @@ import importlib.util
 
 import torch
 
-from gbtrain.config import TrainConfig, below_minimum
+from gbtrain.config import below_minimum
 from gbtrain.coords import PixelBudget
 from gbtrain.families import FAMILIES
 from gbtrain.train.attention import attn_implementation_for, precompute_varlen_kwargs
+from gbtrain.train.config import TrainConfig
 
 VISION, MERGER, LLM = "vision_tower", "merger", "llm"
 

@@ -13,8 +13,8 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
-from gbtrain.config import TrainConfig, identity_differences, overlapping, require_model, to_yaml
-from gbtrain.coords import CheckpointRecord, PixelBudget, write_checkpoint_record
+from gbtrain.config import identity_differences, require_model, to_yaml
+from gbtrain.coords import PixelBudget
 from gbtrain.data.sft_dataset import (
     LengthCounter,
     dataset_coords,
@@ -24,8 +24,10 @@ from gbtrain.data.sft_dataset import (
     load_sft_dataset,
 )
 from gbtrain.files import write_atomic
-from gbtrain.train.checkpoints import RUN_RECORD, mark_complete, resume_point
+from gbtrain.outputs import TRAINING_RECORD, overlapping
+from gbtrain.train.checkpoints import CheckpointRecord, mark_complete, resume_point, write_checkpoint_record
 from gbtrain.train.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs, pop_real_tokens
+from gbtrain.train.config import TrainConfig
 from gbtrain.train.modeling import (
     check_options,
     llm_parameter_count,
@@ -245,7 +247,7 @@ def claim_output_dir(cfg: TrainConfig, write: bool) -> str | None:
     problems = overlapping("output_dir", out, {"model": cfg.model, "dataset": cfg.dataset})
     if problems:  # the trainer saves weights and config.json into output_dir
         raise ValueError(f"{'; '.join(problems)}: choose another output_dir")
-    record = out / RUN_RECORD
+    record = out / TRAINING_RECORD
     identity = run_identity(cfg)
     work = sorted(p.name for p in out.glob("checkpoint-*")) + (["train_summary.json"] if
                                                                (out / "train_summary.json").exists() else [])

@@ -20,20 +20,28 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from gbtrain.config import option, overlapping, require_out
+from gbtrain.config import option
 from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, load_dataset, write_level, write_manifest
 from gbtrain.data.converters import coco, cvat, labelme, labelstudio
 from gbtrain.data.converters.build import ImageFinder, PagePlanner, PartialPage, Plan
 from gbtrain.data.converters.mapping import FORMATS, ConvertMapping, load_mapping
 from gbtrain.data.converters.sources import SourcePage
-from gbtrain.data.synth.generate import PageOutput, write_page
+from gbtrain.data.pages import PageOutput, write_page
 from gbtrain.files import read_json
+from gbtrain.outputs import CONVERT_REPORT, claim_rebuilt_folder, overlapping, require_out
 from gbtrain.vocabulary import L1, L2, L3
 
-__all__ = ["FORMATS", "REPORT", "ConvertMapping", "ConvertRun", "convert", "load_mapping", "read_export",
-           "summary_lines"]
+__all__ = [
+    "CONVERT_REPORT",
+    "FORMATS",
+    "ConvertMapping",
+    "ConvertRun",
+    "convert",
+    "load_mapping",
+    "read_export",
+    "summary_lines",
+]
 
-REPORT = "convert_report.json"  # in OUT; its presence marks a folder this converter may replace
 _OUTPUTS = ("images", "annotations", "manifest")  # what a rerun replaces in OUT
 
 
@@ -79,9 +87,7 @@ def check_out(out: Path, export: Path, images: Path) -> None:
     overlap = overlapping("--out", out, inputs)
     if overlap:
         raise ValueError(f"{overlap[0]}: choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not _is_report(out / REPORT):
-        raise ValueError(f"--out {out} holds files that are not a conversion (no readable {REPORT}): choose another "
-                         f"--out (or an empty one)")
+    claim_rebuilt_folder(out, "--out", "convert", _is_report(out / CONVERT_REPORT))
 
 
 def _is_report(path: Path) -> bool:
@@ -112,14 +118,14 @@ def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images
     if plan.unmapped and not lenient:
         more = f" (and {len(plan.unmapped) - 1} more)" if len(plan.unmapped) > 1 else ""
         raise ValueError(f"{plan.unmapped[0]}{more}: fix the export or the mapping, or rerun with --lenient to leave "
-                         f"such items out (listed in {REPORT})")
+                         f"such items out (listed in {CONVERT_REPORT})")
     if not plan.pages:
         partial = (f"; {len(plan.partial)} left out as they lost answer regions (--keep-partial-pages keeps them)"
                    if plan.partial else "")
         raise ValueError(f"{export}: no page could be converted ({plan.pages_in} in the export{partial})")
     counts = _write(plan, out, progress)
     report = _report(plan, export, images, mapping, lenient, counts)
-    (out / REPORT).write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    (out / CONVERT_REPORT).write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return report
 
 
@@ -134,7 +140,7 @@ def _write(plan: Plan, out: Path, progress: bool) -> dict[str, int]:
     records per level as the strict reader reads them back. A page left out of L3 keeps its file only as the L2
     image its records name."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT).write_text(json.dumps({"status": "unfinished"}) + "\n", encoding="utf-8")
+    (out / CONVERT_REPORT).write_text(json.dumps({"status": "unfinished"}) + "\n", encoding="utf-8")
     for name in _OUTPUTS:
         if (out / name).exists():
             shutil.rmtree(out / name)
@@ -191,5 +197,5 @@ def summary_lines(report: dict, out: str | Path, shown: int = 20) -> list[str]:
         if len(partial) > shown:
             lines.append(f"  ... and {len(partial) - shown} more")
     lines += [f"note: {n}" for n in report["notes"][:shown]]
-    lines.append(f"report: {Path(out) / REPORT}")
+    lines.append(f"report: {Path(out) / CONVERT_REPORT}")
     return lines

@@ -22,14 +22,14 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, points_from_text, points_problem
+from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, points_problem
 from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
-from gbtrain.data.converters.sources import IMAGE_SUFFIXES, SourceItem, SourcePage, image_names
-from gbtrain.data.synth.generate import L1_MARGIN
+from gbtrain.data.converters.sources import SourceItem, SourcePage, image_names
+from gbtrain.data.pages import l1_crop
+from gbtrain.files import IMAGE_SUFFIXES
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
     CONTEXT,
-    LABEL_ALIASES,
     QUESTION_TYPE_ALIASES,
     STAGE_ALIASES,
     SUBJECTS,
@@ -39,6 +39,7 @@ from gbtrain.schema import (
     Record,
 )
 from gbtrain.text import safe_name
+from gbtrain.values import label_of, points_from_text
 from gbtrain.vocabulary import L1, L2, L3
 
 _ORIENTATION = 0x0112  # EXIF tag
@@ -258,7 +259,7 @@ def _check_box(points: list[tuple[float, float]], width: int, height: int) -> tu
 def _verdict(raw: str | None, m: ConvertMapping) -> str:
     if raw is None:
         raise _Unmappable(f"no verdict (field {m.fields.verdict!r})")
-    label = m.verdicts.get(raw) or LABEL_ALIASES.get(raw) or LABEL_ALIASES.get(raw.lower())
+    label = label_of(raw, m.verdicts)
     if label is None or label == CONTEXT:
         raise _Unmappable(f"verdict {raw!r} is not right / wrong / half_right / unanswered / unknown or an alias "
                           f"(add it under verdicts: in the mapping)")
@@ -515,7 +516,7 @@ def _crop(page_id: str, qid: str, subject: str, marks: list[Mark], regions: list
     """The L1 record of one question and its (x, y, width, height) on the page: the crop around the question's
     regions and answers (margin as the synthetic generator's), with the answer marks moved onto it."""
     w, h = size
-    crop = Box.enclosing([*regions, *(mk.box for mk in marks)]).expand(L1_MARGIN * w, w, h)
+    crop = l1_crop(Box.enclosing([*regions, *(mk.box for mk in marks)]), w, h)
     cx, cy = round(crop.x1), round(crop.y1)
     cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
     shifted = [mk.moved(cx, cy, 2) for mk in marks]

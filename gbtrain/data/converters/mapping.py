@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gbtrain.config import load_config
-from gbtrain.schema import HALF_RIGHT, RIGHT, STAGE_ALIASES, UNANSWERED, UNKNOWN, WRONG
+from gbtrain.schema import STAGE_ALIASES, VERDICTS
 
 FORMATS = ("labelstudio", "cvat", "labelme", "coco")
 LABEL_FIELD = "@label"  # a field name meaning "the region's label" (e.g. categories named right / wrong)
-VERDICTS = (RIGHT, WRONG, HALF_RIGHT, UNANSWERED, UNKNOWN)
+
 
 
 @dataclass

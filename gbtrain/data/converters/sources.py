@@ -15,7 +15,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from gbtrain import files
 
 Points = list[tuple[float, float]]
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
 _UPLOAD_PREFIX = re.compile(r"^[0-9a-f]{8}-")  # Label Studio stores uploads as <8 hex>-<original name>
 # Label Studio's COCO / YOLO exports copy each image as images/<first 8 hex of the MD5 of its URL>__<file name>
 # (label-studio-sdk, label_studio_tools/core/utils/io.py, _build_cache_path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import os
 import random
-import shutil
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from tqdm import tqdm
 
 from gbtrain.config import option
 from gbtrain.data.annotations import write_level, write_manifest
+from gbtrain.data.pages import PageOutput, l1_crop, write_page
 from gbtrain.data.synth import artifacts
 from gbtrain.data.synth.banks import CHOICE, FILL, QUESTION_TYPES, RUBRICS, TF, make_question
 from gbtrain.data.synth.render import DrawnAnswer, DrawnQuestion, question_mix, render_clean_page
@@ -26,7 +26,6 @@ from gbtrain.schema import LABEL_ALIASES, STAGES, SUBJECTS, Box, Mark, Record
 from gbtrain.vocabulary import L1, L2, L3
 
 MIN_WRONG_SHARE = 0.10
-L1_MARGIN = 0.04  # crop margin around a question, as a fraction of the page width
 
 
 @dataclass(frozen=True)
@@ -98,16 +97,6 @@ class SynthRun:
         shares = {k: v for k, v in (("wrong_share", self.wrong_share), ("blank_share", self.blank_share))
                   if v is not None}
         return replace(PROFILES[self.profile], **shares, points=self.points)
-
-
-@dataclass
-class PageOutput:
-    page_id: str
-    subject: str
-    jpeg: bytes
-    l3: Record
-    l2: list[Record]
-    l1: list[tuple[Record, bytes]]
 
 
 def _poly(b: Box) -> list[tuple[float, float]]:
@@ -200,7 +189,7 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
                        question_id=str(q.number), stage=stage, content_format=q.question.content_format,
                        question_type=q.question.parts[0].qtype)
         l2.append(Record(f"{page_id}_{k}", L2, subject, rel, w, hh, [*answers, context]))
-        crop = qbox.expand(L1_MARGIN * w, w, hh)
+        crop = l1_crop(qbox, w, hh)
         cx, cy = round(crop.x1), round(crop.y1)
         cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
         shifted = [m.moved(cx, cy, 1) for m in answers]
@@ -210,25 +199,6 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
                           cw, ch, shifted, page=page_id), buf.getvalue()))
     l3 = Record(page_id, L3, subject, rel, w, hh, all_marks)
     return PageOutput(page_id, subject, page_jpeg, l3, l2, l1)
-
-
-def write_page(out: Path, page: PageOutput) -> None:
-    """Write one page's images (L3 page, L2 alias, L1 crops) into a dataset folder: the synthetic generator and
-    the converters write pages the same way."""
-    l3_path = out / "images" / L3 / page.l3.image
-    l3_path.parent.mkdir(parents=True, exist_ok=True)
-    l3_path.write_bytes(page.jpeg)
-    l2_path = out / "images" / L2 / page.l3.image
-    l2_path.parent.mkdir(parents=True, exist_ok=True)
-    l2_path.unlink(missing_ok=True)
-    try:  # the L2 page is the L3 page: link rather than store it twice
-        os.link(l3_path, l2_path)
-    except OSError:
-        shutil.copyfile(l3_path, l2_path)
-    for rec, data in page.l1:
-        p = out / "images" / L1 / rec.image
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
 
 
 def _job(args: tuple[int, int, SynthOptions, str]) -> PageOutput:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, ImageDraw
 
-from gbtrain.data.synth import fonts
+from gbtrain.data import fonts
 from gbtrain.data.synth.banks import (
     CHOICE,
     EXAM_TITLES,

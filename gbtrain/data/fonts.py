@@ -1,4 +1,5 @@
-"""Fonts for the synthetic pages, committed as small subsets (see fonts/README.txt for sources and licences).
+"""Fonts for the synthetic pages and every drawing on a page (previews, overlays), committed as small subsets (see
+fonts/README.txt for sources and licences).
 
 Each role (printed text, handwriting) is an ordered list of fonts; a character is drawn with the first
 font whose subset covers it, so Latin text gets a Latin face and CJK text a CJK face.

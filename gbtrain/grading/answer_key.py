@@ -1,0 +1,174 @@
+"""A teacher's answer key (question id -> reference answer, full score, rubric, type), the grading prompt it
+makes, and the question a graded item answers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gbtrain import prompts
+from gbtrain.metric.parsing import PredictedItem
+from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES
+from gbtrain.values import points_from_text
+from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3
+
+QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
+KEY_FIELDS = ("answer", "full_score", "rubric", "question_type")  # what an answer key's question mapping may hold
+
+
+@dataclass(frozen=True)
+class KeyQuestion:
+    """One question of an answer key: its reference answer (None: "no reference answer") and, for a question graded
+    in points, its full score and rubric; its type, where the key says (the review report counts by it)."""
+
+    qid: str
+    answer: str | None
+    full_score: float | None = None
+    rubric: str | None = None
+    question_type: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Whether the key gives only the reference answer (the form keys had before points)."""
+        return self.full_score is None and self.rubric is None and self.question_type is None
+
+
+AnswerKey = list[KeyQuestion]
+
+
+def _scalar(qid: str, value, what: str) -> str | None:
+    if isinstance(value, dict | list):
+        raise ValueError(f"question {qid!r}: the {what} must be one value, not {type(value).__name__}")
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _full_score(qid: str, value) -> float | None:
+    """A full score as the key writes it (YAML and JSON numbers are read as their text): a finite number above 0;
+    an integer stays one, as in annotations."""
+    text = _scalar(qid, value, "full_score")
+    if text is None:
+        return None
+    try:
+        number = points_from_text(text)
+    except ValueError as e:
+        if str(e) != "not a finite number":
+            raise ValueError(f"question {qid!r}: full_score {text!r:.40} is not a number") from None
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"question {qid!r}: full_score {text!r:.40} must be a finite number above 0")
+    return number
+
+
+def _key_question(qid: str, value) -> KeyQuestion:
+    """A key's entry: a plain value (the reference answer, as before points), or a mapping of KEY_FIELDS."""
+    if not isinstance(value, dict):
+        return KeyQuestion(qid, _scalar(qid, value, "reference answer"))
+    unknown = [str(k) for k in value if k not in KEY_FIELDS]
+    if unknown:
+        raise ValueError(f"question {qid!r}: unknown key {unknown[0]!r} (a question's mapping holds "
+                         f"{', '.join(KEY_FIELDS)})")
+    qtype = _scalar(qid, value.get("question_type"), "question_type")
+    if qtype is not None and qtype not in QUESTION_TYPE_ALIASES:
+        raise ValueError(f"question {qid!r}: question_type {qtype!r:.40} is not one of {', '.join(QUESTION_TYPES)} "
+                         f"(or their Chinese names)")
+    return KeyQuestion(qid, _scalar(qid, value.get("answer"), "reference answer"),
+                       _full_score(qid, value.get("full_score")), _scalar(qid, value.get("rubric"), "rubric"),
+                       QUESTION_TYPE_ALIASES[qtype] if qtype is not None else None)
+
+
+class _RepeatedQuestion(ValueError):
+    """A question id given twice in an answer key."""
+
+
+def _once_each(pairs: list[tuple[str, object]]) -> dict:
+    """A mapping whose keys are given once: a question answered twice in a key is a slip that both readers would
+    settle silently (the last answer wins)."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedQuestion(f"question {key!r} appears twice (keep one reference answer per question)")
+        seen[key] = value
+    return seen
+
+
+class _KeyLoader(yaml.BaseLoader):
+    """YAML as text (no type conversion), each mapping's keys given once."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        mapping = super().construct_mapping(node, deep=deep)  # which refuses a key that is not text
+        if len(mapping) < len(node.value):
+            _once_each([(self.construct_object(k, deep=deep), None) for k, _ in node.value])
+        return mapping
+
+
+def load_answer_key(path: str | Path) -> AnswerKey:
+    """The questions of a YAML or JSON answer key, in the file's order (the order the prompt lists them): question id
+    -> reference answer, or -> {answer, full_score, rubric, question_type} for a question graded in points. Values
+    are kept as written: YAML is read without type conversion and JSON numbers as their text, so `1.10` stays
+    `1.10`; an empty YAML value (`3:`) or a JSON null means "no reference answer". A question given twice is
+    refused; a UTF-8 byte order mark (a key saved by a Windows editor) is read past."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise ValueError(f"--answer-key {path}: name a .yaml, .yml or .json file")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+        data = (json.loads(text, parse_float=str, parse_int=str, object_pairs_hook=_once_each) if suffix == ".json"
+                else yaml.load(text, Loader=_KeyLoader))
+    except _RepeatedQuestion as e:
+        raise ValueError(f"--answer-key {path}: {e}") from None
+    except (ValueError, RecursionError, yaml.YAMLError) as e:  # also bytes not UTF-8, nesting past Python's limit
+        raise ValueError(f"--answer-key {path}: cannot be read ({' '.join(str(e).split())})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"--answer-key {path}: must map question ids to reference answers (e.g. `1: 42`)")
+    try:
+        return [_key_question(str(qid), value) for qid, value in data.items()]
+    except ValueError as e:
+        raise ValueError(f"--answer-key {path}: {e}") from None
+
+
+def key_references(key: AnswerKey | None) -> list[tuple[str, str | None]]:
+    """The reference answers, as the prompt's references block lists them."""
+    return [(q.qid, q.answer) for q in key or []]
+
+
+def key_points(key: AnswerKey | None) -> list[tuple[str, float, str | None]]:
+    """The questions graded in points, as the prompt's points block lists them."""
+    return [(q.qid, q.full_score, q.rubric) for q in key or [] if q.full_score is not None]
+
+
+def answer_key_hash(key: AnswerKey | None) -> str | None:
+    """A hash of the key's content (not its file's bytes: reformatting the file changes no prompt). A key of plain
+    answers hashes as it did before points, so that its graded folders resume."""
+    if not key:
+        return None
+    content = key_references(key) if all(q.plain for q in key) else [
+        [q.qid, q.answer, q.full_score, q.rubric, q.question_type] for q in key]
+    return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def grading_prompt(coords: str, key: AnswerKey | None) -> str:
+    """The evaluator's L3 instruction: answer-free, or answer-based with the key as the reference answers (and its
+    full scores, where it gives them)."""
+    return prompts.single_turn(L3, ANSWER_BASED if key else ANSWER_FREE, coords, None, key_references(key) or None,
+                               key_points(key) or None)
+
+
+
+def question_of(item: PredictedItem, key: AnswerKey | None) -> str | None:
+    """The question an item answers: the id the model wrote, if any; else, with an answer key, the one question
+    whose reference the item's answer repeats (the prompt asks for the reference in "answer")."""
+    given = next((item.raw[k] for k in QUESTION_KEYS if item.raw.get(k) not in (None, "")), None)
+    if given is not None:
+        return str(given)
+    matches = [q.qid for q in key or [] if q.answer is not None and q.answer.strip() == item.answer.strip()]
+    return matches[0] if len(matches) == 1 else None

@@ -1,0 +1,133 @@
+"""The review's export: a sheet, Label Studio tasks and their labeling config, and the page images, written into
+GRADED/review/ for teachers to correct (eval/review.py export)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from urllib.parse import quote
+from xml.sax.saxutils import quoteattr
+
+from gbtrain.files import write_atomic
+from gbtrain.grading.review import (
+    CONFIG,
+    IMAGES,
+    REGION_PREFIX,
+    REVIEW,
+    SHEET,
+    TASKS,
+    GradedPage,
+    ReviewRun,
+    model_points,
+    model_verdict,
+    page_image,
+    read_graded,
+)
+from gbtrain.grading.tables import table_value
+from gbtrain.outputs import REVIEW_RECORD, claim_output_folder
+from gbtrain.schema import (
+    QUESTION_TYPES,
+    VERDICTS,
+)
+from gbtrain.text import csv_cell
+
+SHEET_COLUMNS = ("page", "item", "question_id", "question_type", "x1", "y1", "x2", "y2", "text", "answer",
+                 "model_correctness", "model_score", "full_score", "reviewed", "correctness", "score", "reason",
+                 "review_id")
+TEACHER_COLUMNS = ("reviewed", "correctness", "score", "reason")
+
+
+def sheet_rows(pages: list[GradedPage]) -> list[dict]:
+    rows = []
+    for page in pages:
+        for it in page.record["items"]:
+            box = it["box"] or [None] * 4
+            rows.append({"page": page.name, "item": it["index"] + 1, "question_id": it["question_id"],
+                         "question_type": it.get("question_type"), **dict(zip(("x1", "y1", "x2", "y2"), box,
+                                                                                strict=True)),
+                         "text": it["text"], "answer": it["answer"],
+                         "model_correctness": "" if it["correctness"] is None else model_verdict(it),
+                         "model_score": it.get("score"), "full_score": it.get("full_score"),
+                         "review_id": page.review_id})
+    return rows
+
+
+def labeling_config() -> str:
+    """The Label Studio labeling config of a review project: the verdict as the box's label, the transcription,
+    question id and reference as text, the points as numbers, the question type, and the teacher's reason. Read by
+    gbtrain.data.converters with configs/convert/review.yaml, its export is also an ordinary conversion source."""
+    labels = "\n".join(f"    <Label value={quoteattr(v)} background={quoteattr(c)}/>" for v, c in zip(
+        VERDICTS, ("#2a9d8f", "#e63946", "#f4a261", "#8d99ae", "#6c757d"), strict=True))
+    types = "\n".join(f"    <Choice value={quoteattr(t)}/>" for t in QUESTION_TYPES)
+    region = 'toName="image" perRegion="true"'
+    return f"""<View>
+  <Header value="$page"/>
+  <Image name="image" value="$image" zoom="true"/>
+  <RectangleLabels name="verdict" toName="image">
+{labels}
+  </RectangleLabels>
+  <TextArea name="qid" {region} editable="true" maxSubmissions="1" placeholder="question id"/>
+  <TextArea name="hand" {region} editable="true" maxSubmissions="1" placeholder="transcription"/>
+  <TextArea name="std" {region} editable="true" maxSubmissions="1" placeholder="reference answer"/>
+  <Number name="score" {region} min="0" step="0.5"/>
+  <Number name="full_score" {region} min="0" step="0.5"/>
+  <Choices name="type" {region}>
+{types}
+  </Choices>
+  <TextArea name="reason" {region} editable="true" maxSubmissions="1" placeholder="why you changed it"/>
+</View>
+"""
+
+
+def _results(page: GradedPage, item: dict) -> list[dict]:
+    """One item as Label Studio's results of one region: its box as a rectangle in percent of the image size with
+    the verdict as its label, then each per-region control's value under the same region id (the shape of
+    pre-annotations in https://labelstud.io/guide/predictions.html; a TextArea's value is `text`, a Number's
+    `number`, a Choices' `choices`)."""
+    w, h = page.record["width"], page.record["height"]
+    x1, y1, x2, y2 = item["box"]
+    geometry = {"x": 100 * x1 / w, "y": 100 * y1 / h, "width": 100 * (x2 - x1) / w, "height": 100 * (y2 - y1) / h,
+                "rotation": 0}
+    common = {"id": f"{REGION_PREFIX}{item['index'] + 1}", "to_name": "image", "original_width": w,
+              "original_height": h, "image_rotation": 0}
+    controls = [("qid", "textarea", item["question_id"] or f"item{item['index'] + 1}"),
+                ("hand", "textarea", item["text"] or None), ("std", "textarea", item.get("reference")),
+                ("score", "number", model_points(item)),
+                ("full_score", "number", item.get("full_score")), ("type", "choices", item.get("question_type"))]
+    results = [{**common, "type": "rectanglelabels", "from_name": "verdict",
+                "value": {**geometry, "rectanglelabels": [model_verdict(item)]}}]
+    for name, kind, value in controls:
+        if value is not None:  # Label Studio writes no result for a control left empty
+            key = {"textarea": "text", "number": "number", "choices": "choices"}[kind]
+            results.append({**common, "type": kind, "from_name": name,
+                            "value": {**geometry, key: value if kind == "number" else [value]}})
+    return results
+
+
+def export_review(run: ReviewRun) -> dict:
+    """Write OUT/review/ of the graded folder (the module's docstring); returns counts for the command's line."""
+    graded = Path(run.graded)
+    record, pages = read_graded(graded)
+    folder = graded / REVIEW
+    claim_output_folder(folder, {"tool": "review_export", "graded": str(graded.resolve())}, overwrite=True,
+                        work=(IMAGES,), record=REVIEW_RECORD, discard=True)
+    for page in pages:
+        path = folder / IMAGES / page.image
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(page_image(record, page))
+    rows = sheet_rows(pages)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, SHEET_COLUMNS)
+    w.writeheader()
+    w.writerows({k: csv_cell(table_value(row.get(k))) for k in SHEET_COLUMNS} for row in rows)
+    write_atomic(folder / SHEET, buf.getvalue())
+    model = Path(record["model"]).name or record["model"]
+    tasks = [{"data": {"image": run.image_url + quote(page.image), "page": page.name, "review_id": page.review_id},
+              "predictions": [{"model_version": model, "result": [r for it in page.shown for r in _results(page, it)]}]}
+             for page in pages]
+    write_atomic(folder / TASKS, json.dumps(tasks, ensure_ascii=False, indent=1) + "\n")
+    write_atomic(folder / CONFIG, labeling_config())
+    return {"folder": str(folder), "pages": len(pages), "items": len(rows),
+            "not_shown": sum(len(p.record["items"]) - len(p.shown) for p in pages)}

@@ -1,0 +1,105 @@
+"""What the teachers changed: per item, per question type and in all (the re-grade rate), as review_report.json
+and .md."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from gbtrain.grading.review import CHANGES, Graded, Review, Reviewed, model_points, model_verdict
+from gbtrain.schema import (
+    Box,
+)
+from gbtrain.text import markdown_text
+
+
+def changes(r: Reviewed, box_iou: float) -> list[str]:
+    """What the teacher changed of one item (CHANGES; none: the model's grade stands)."""
+    if r.model is None:
+        return ["added"]
+    if r.teacher is None:
+        return ["deleted"]
+    m, t = r.model, r.teacher
+    kinds = []
+    if t.verdict != model_verdict(m):
+        kinds.append("verdict")
+    if t.score != model_points(m):
+        kinds.append("points")
+    if m["box"] is not None and (t.box is None or Box(*t.box).iou(Box(*m["box"])) < box_iou):
+        kinds.append("box")
+    if " ".join(t.text.split()) != " ".join(m["text"].split()):
+        kinds.append("transcription")
+    return kinds
+
+
+def _rate(changed: int, reviewed: int) -> float | None:
+    return round(changed / reviewed, 6) if reviewed else None
+
+
+def report(review: Review, graded: Path, reviewed_file: Path, box_iou: float) -> dict:
+    """The re-grade rate = reviewed items the teacher changed / reviewed items, overall and per question type (an
+    item nobody reviewed counts in neither), what changed, the size of the point changes and the reasons given."""
+    for r in review.items:
+        r.changes = changes(r, box_iou)
+    changed = [r for r in review.items if r.changes]
+    sizes = [abs(r.teacher.score - model_points(r.model)) for r in changed if "points" in r.changes
+             and r.teacher.score is not None and model_points(r.model) is not None]
+    types: dict[str, list[Reviewed]] = {}
+    for r in review.items:
+        types.setdefault(r.question_type, []).append(r)
+    return {
+        "graded": str(graded), "reviewed_file": str(reviewed_file), "source": review.source, "box_iou": box_iou,
+        "reviewed": len(review.items), "changed": len(changed), "regrade_rate": _rate(len(changed), len(review.items)),
+        "unreviewed": review.unreviewed, "not_shown": review.not_shown,
+        "pages": {"reviewed": len(review.pages), "unreviewed": review.unreviewed_pages},
+        "changes": {kind: sum(kind in r.changes for r in changed) for kind in CHANGES},
+        "points_changes": {"count": len(sizes), "mean_abs": round(statistics.fmean(sizes), 6) if sizes else None,
+                           "max_abs": max(sizes) if sizes else None},
+        "reasons": dict(Counter(r.reason for r in changed if r.reason).most_common()),
+        "changed_without_reason": sum(not r.reason for r in changed),
+        "by_question_type": {t: {"reviewed": len(rs), "changed": sum(bool(r.changes) for r in rs),
+                                 "regrade_rate": _rate(sum(bool(r.changes) for r in rs), len(rs))}
+                             for t, rs in sorted(types.items())},
+        "changed_items": [{"page": r.page, "item": None if r.model is None else r.model["index"] + 1,
+                           "question_id": (r.teacher.question_id if r.teacher else None) or (r.model or {}).get(
+                               "question_id"),
+                           "changes": r.changes, "model": _model_view(r.model), "teacher": _teacher_view(r.teacher),
+                           "reason": r.reason} for r in changed],
+    }
+
+
+def _model_view(m: dict | None) -> dict | None:
+    return None if m is None else {"verdict": model_verdict(m), "score": model_points(m), "box": m["box"],
+                                   "text": m["text"]}
+
+
+def _teacher_view(t: Graded | None) -> dict | None:
+    return None if t is None else {"verdict": t.verdict, "score": t.score, "box": t.box, "text": t.text}
+
+
+def report_markdown(rep: dict) -> str:
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{100 * v:.1f}%"
+
+    lines = ["# Review of the model's grades", "",
+             f"Graded folder: `{markdown_text(rep['graded'])}`; review: `{markdown_text(rep['reviewed_file'])}` "
+             f"({rep['source']}).", "",
+             f"**Re-grade rate: {pct(rep['regrade_rate'])}** ({rep['changed']} of {rep['reviewed']} reviewed items "
+             f"changed by the teacher; {rep['unreviewed']} items not reviewed and not counted"
+             + (f"; {rep['not_shown']} items without a box not shown" if rep["not_shown"] else "") + ").", "",
+             "| question type | reviewed | changed | re-grade rate |", "|---|---|---|---|"]
+    lines += [f"| {markdown_text(t)} | {v['reviewed']} | {v['changed']} | {pct(v['regrade_rate'])} |"
+              for t, v in rep["by_question_type"].items()]
+    pc = rep["points_changes"]
+    lines += ["", "| what changed | items |", "|---|---|"]
+    lines += [f"| {kind} | {n} |" for kind, n in rep["changes"].items()]
+    lines += ["", f"Point changes: {pc['count']}" + (f", mean absolute change {pc['mean_abs']:g}, largest "
+                                                      f"{pc['max_abs']:g}" if pc["count"] else "") + ".", ""]
+    if rep["reasons"]:
+        lines += ["| reason given | items |", "|---|---|"]
+        lines += [f"| {markdown_text(reason)} | {n} |" for reason, n in rep["reasons"].items()]
+        lines.append("")
+    lines.append(f"Changed without a reason: {rep['changed_without_reason']}. Pages reviewed: "
+                 f"{rep['pages']['reviewed']}, not reviewed: {rep['pages']['unreviewed']}.")
+    return "\n".join(lines) + "\n"

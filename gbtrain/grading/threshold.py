@@ -1,0 +1,90 @@
+"""The review threshold in force for a grading run: given, chosen anew from the validation table a checkpoint
+records, or the one select_checkpoint chose and recorded there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from gbtrain.files import read_json
+from gbtrain.metric.selective import (
+    BUDGET_FLAG,
+    TARGET_FLAG,
+    choose_threshold,
+    rule_flag,
+)
+from gbtrain.outputs import SELECTIVE_RECORD
+from gbtrain.vocabulary import L3, setting_name
+
+
+def read_selective_record(model: str | Path) -> dict | None:
+    """The record eval/select_checkpoint.py left in a checkpoint folder (gbtrain.evaluation.selection.
+    record_threshold): per L3 setting, the threshold it chose on validation and that evaluation's coverage-accuracy
+    table; None when the folder has none."""
+    path = Path(model) / SELECTIVE_RECORD
+    if not Path(model).is_dir() or not path.is_file():
+        return None
+    try:
+        record = read_json(path)
+        ok = isinstance(record["rule"], dict) and all(isinstance(v, dict) and "threshold" in v and "table" in v
+                                                      for v in record["settings"].values())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{path}: not a threshold record of select_checkpoint: delete it, or record one anew "
+                         f"(select_checkpoint --copy-best with {TARGET_FLAG} or {BUDGET_FLAG})")
+    return record
+
+
+class ThresholdOptions(Protocol):
+    """What the threshold depends on of a grading run (gbtrain.grading.grade.GradeRun has it)."""
+
+    model: str
+    review_threshold: float | None
+
+    @property
+    def mode(self) -> str: ...
+
+    def selective_rule(self) -> dict | None: ...
+
+
+def review_threshold(run: ThresholdOptions) -> dict | None:
+    """The review threshold in force and where it comes from ({"threshold", "source", ...}), or None. In order:
+    --review-threshold; --target-accuracy or --review-budget, chosen (selective.choose_threshold) from the
+    validation table recorded in --model for this run's setting (L3, its mode); else the threshold recorded
+    there, the one select_checkpoint chose; else none."""
+    rule = run.selective_rule()
+    if run.review_threshold is not None:
+        if rule:
+            raise ValueError(f"--review-threshold and {rule_flag(rule)}: give one (a threshold, or "
+                             f"a rule to choose one from the checkpoint's validation table)")
+        if not 0 <= run.review_threshold <= 1:  # NaN too
+            raise ValueError(f"--review-threshold {run.review_threshold}: give a judgment confidence from 0 to 1, "
+                             f"e.g. 0.8")
+        return {"threshold": run.review_threshold, "source": "--review-threshold"}
+    record = read_selective_record(run.model)
+    path = Path(run.model) / SELECTIVE_RECORD
+    if record is None:
+        if rule:
+            raise ValueError(f"{rule_flag(rule)}: --model {run.model} holds no {SELECTIVE_RECORD} "
+                             f"(the validation table select_checkpoint records with --copy-best and {TARGET_FLAG} or "
+                             f"{BUDGET_FLAG}): record one, or give --review-threshold")
+        return None
+    setting = setting_name(L3, run.mode)
+    chosen = record["settings"].get(setting)
+    if chosen is None:
+        raise ValueError(f"{path}: no threshold for {setting} (it has {', '.join(record['settings']) or 'none'}), "
+                         f"the setting {run.mode} pages are graded in: rerun select_checkpoint with {setting} in "
+                         f"--settings, or give --review-threshold")
+    if rule:
+        try:
+            picked = choose_threshold(chosen["table"], rule)
+        except ValueError as e:
+            raise ValueError(f"{path}, {setting}: {e}") from None
+    elif chosen["threshold"] is None:
+        raise ValueError(f"{path}: select_checkpoint chose no threshold for {setting} ({chosen.get('problem')}): "
+                         f"give {TARGET_FLAG}, {BUDGET_FLAG} or --review-threshold")
+    else:
+        picked, rule = {k: chosen[k] for k in ("threshold", "coverage", "accuracy", "review_share")}, record["rule"]
+    return {**picked, "source": str(path.resolve()), "setting": setting, "rule": rule,
+            "evaluation": record.get("evaluation")}
