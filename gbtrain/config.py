@@ -180,7 +180,7 @@ def keys_epilog(schema: type) -> str:
 
 def keys_table(schema: type, flags: bool = False, leave_out: frozenset[str] = frozenset()) -> str:
     """A Markdown table of a config's keys (or, `flags`, a tool's flags and positional arguments) with each default
-    and help: the key tables of docs/ are these (scripts/doc_keys.py writes them, tests/test_config.py checks
+    and help: the key tables of docs/ are these (scripts/doc_keys.py writes them, tests/core/test_config.py checks
     them), so that a key cannot be added, renamed or re-defaulted without its row."""
     rows = [f"| {'flag' if flags else 'key'} | default | meaning |", "|---|---|---|"]
     keys = config_fields(schema)

@@ -1,6 +1,6 @@
 """Supervised fine-tuning of a Qwen2.5-VL-class model on gbtrain conversations (TRL + PEFT).
 
-Tested launch commands (CPU, tiny model; see tests/test_training.py):
+Tested launch commands (CPU, tiny model; see tests/train/test_training.py):
     accelerate launch recipes/sft_qwen.py --config configs/sft/tiny_cpu.yaml model=M dataset=D output_dir=O
     accelerate launch --config_file configs/accelerate/cpu_ddp2.yaml recipes/sft_qwen.py --config ...
     accelerate launch --config_file configs/accelerate/cpu_zero3_2.yaml recipes/sft_qwen.py --config ...

@@ -5,7 +5,7 @@
 Each table lies between `<!-- keys:NAME -->` and `<!-- /keys:NAME -->` in the docs page it belongs to and is
 gbtrain.config.keys_table of one dataclass: the builder's config keys (docs/data.md), the recipe's (docs/training.md),
 the options every tool that asks a checkpoint shares (ModelOptions) and each evaluation tool's own
-(docs/evaluation.md), and the review loop's (docs/review.md). tests/test_config.py fails when one differs.
+(docs/evaluation.md), and the review loop's (docs/review.md). tests/core/test_config.py fails when one differs.
 """
 
 from __future__ import annotations

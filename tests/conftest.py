@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
-# (tests/test_sft_dataset.py repeats these two numbers.)
+# (tests/data/test_sft_dataset.py repeats these two numbers.)
 TEST_MIN_PIXELS = 28 * 28 * 4
 TEST_MAX_PIXELS = 28 * 28 * 256
 

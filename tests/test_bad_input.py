@@ -1222,7 +1222,7 @@ def train_cases() -> list[Case]:
               ("marker-of-another-run", lambda f: (f / "gbtrain_complete.json").write_text(
                   '{"run_id": "elsewhere", "step": 2, "files": {}}'), r"saved by another run \('elsewhere'"))],
         Case("resume-save-never-finished", TRAIN, train_args("--resume", "max_length=10"),
-             past_checks,  # after checkpoint-4 was passed over (a line on stdout; tests/test_checkpoints.py)
+             past_checks,  # after checkpoint-4 was passed over (a line on stdout; tests/train/test_checkpoints.py)
              setup=chain(y, earlier_training("max_length=10", work=False), saved_checkpoint(),
                          make_dir("run/checkpoint-4")),
              outputs=("run",)),

@@ -45,10 +45,10 @@ _FORMAT_KEYS = ("dimension1", "纬度1")
 _TYPE_KEYS = ("dimension2", "纬度2")
 _QUESTION_ID_KEYS = ("question_id", "题目id")
 _ANNO_RESULT_KEYS = ("anno_result", "拉框结果")  # the annotation tool's own right/wrong; unused, as by the benchmark
-_POINT_NUMBERS = ("full_score", "score", "score_2")  # points: the question's, the teacher's, a second teacher's
-_POINT_TEXTS = ("rubric", "rubric_version", "comment", "arbitration")
+POINT_NUMBERS = ("full_score", "score", "score_2")  # points: the question's, the teacher's, a second teacher's
+POINT_TEXTS = ("rubric", "rubric_version", "comment", "arbitration")
 _KNOWN_ATTRS = {"id", "std", "hand", *_FORMAT_KEYS, *_TYPE_KEYS, *_QUESTION_ID_KEYS, *_ANNO_RESULT_KEYS,
-                *_POINT_NUMBERS, *_POINT_TEXTS}
+                *POINT_NUMBERS, *POINT_TEXTS}
 _KNOWN_MARK_KEYS = {"bbox_2d", "markLabel", "attributes", *_STAGE_KEYS}
 _KNOWN_RECORD_KEYS = {"id", "subject", "level", "image", "width", "height", "marks", "page_id"}
 ALIASES_FILE = "aliases.yaml"  # DATA/annotations/aliases.yaml: the user's own spellings of labels and categories
@@ -342,8 +342,8 @@ def _parse_mark(raw: dict, index: int, reading: _Reading) -> Mark:
         content_format=content_format or "Other",
         stage=reading.value("stage", _first(raw, _STAGE_KEYS)),
         question_id=_text(qid, f"{where} question id"),
-        **{key: _points(attrs.get(key), f"{where} attributes.{key}") for key in _POINT_NUMBERS},
-        **{key: _text(attrs.get(key), f"{where} attributes.{key}") for key in _POINT_TEXTS},
+        **{key: _points(attrs.get(key), f"{where} attributes.{key}") for key in POINT_NUMBERS},
+        **{key: _text(attrs.get(key), f"{where} attributes.{key}") for key in POINT_TEXTS},
         extra_attributes={k: v for k, v in attrs.items() if k not in _KNOWN_ATTRS},
         extra=reading.keys("mark", raw, _KNOWN_MARK_KEYS),
     )
@@ -395,7 +395,7 @@ def parse_record(raw: dict, level: str, reading: _Reading) -> Record:
                              f"{width}x{height} image")
         if not m.is_context and not m.mark_id:
             raise ValueError(f"mark {i}: answer mark without attributes.id")
-        if m.is_context and any(getattr(m, key) is not None for key in (*_POINT_NUMBERS, *_POINT_TEXTS)):
+        if m.is_context and any(getattr(m, key) is not None for key in (*POINT_NUMBERS, *POINT_TEXTS)):
             raise ValueError(f"mark {i}: points on a question mark, which is not graded: put full_score, score and "
                              f"the rest on its answer marks")
     subject = str(raw.get("subject") or rel.split("/", 1)[0])
@@ -550,7 +550,7 @@ def _mark_to_raw(m: Mark) -> dict:
     attrs["dimension2"] = m.question_type
     if m.question_id is not None:
         attrs["question_id"] = m.question_id
-    attrs.update({key: getattr(m, key) for key in (*_POINT_NUMBERS, *_POINT_TEXTS) if getattr(m, key) is not None})
+    attrs.update({key: getattr(m, key) for key in (*POINT_NUMBERS, *POINT_TEXTS) if getattr(m, key) is not None})
     attrs.update(m.extra_attributes)
     raw: dict = {"bbox_2d": [[x, y] for x, y in m.points], "markLabel": m.raw_label, "attributes": attrs}
     if m.stage is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, points_problem
+from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, POINT_NUMBERS, POINT_TEXTS, points_problem
 from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
 from gbtrain.data.converters.sources import SourceItem, SourcePage, image_names
 from gbtrain.data.pages import l1_crop
@@ -288,8 +288,6 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
                 stage=_stage(item, page, m, plan))
 
 
-_POINT_FIELDS = ("full_score", "score", "score_2")
-_POINT_TEXTS = ("rubric", "rubric_version", "comment", "arbitration")
 
 
 def _number(text: str, where: str) -> float:
@@ -303,11 +301,11 @@ def _number(text: str, where: str) -> float:
 def _points(item: SourceItem, mark_id: str, m: ConvertMapping) -> dict:
     """An answer's points fields (those the mapping names), checked as the reader checks them, so that a bad value
     is this item's problem before anything is written, not a failed read-back after."""
-    got: dict = {key: _value(getattr(m.fields, key), item) for key in (*_POINT_FIELDS, *_POINT_TEXTS)}
-    for key in _POINT_FIELDS:
+    got: dict = {key: _value(getattr(m.fields, key), item) for key in (*POINT_NUMBERS, *POINT_TEXTS)}
+    for key in POINT_NUMBERS:
         if got[key] is not None:
             got[key] = _number(got[key], f"answer {mark_id}: {key} (field {getattr(m.fields, key)!r})")
-    problem = points_problem(*(got[key] for key in _POINT_FIELDS))
+    problem = points_problem(*(got[key] for key in POINT_NUMBERS))
     if problem:
         raise _Unmappable(f"answer {mark_id}: {problem} (fields.full_score, fields.score in the mapping)")
     return got

@@ -12,9 +12,10 @@ import random
 from dataclasses import dataclass, field
 from functools import partial
 
+from gbtrain.schema import NO_REFERENCE
+
 FILL, CHOICE, TF, SOLVE = "Fill-in-the-blank", "Multiple-choice", "True-False", "Problem-Solving"
 QUESTION_TYPES = (FILL, CHOICE, TF, SOLVE)
-NO_REFERENCE = "答案暂无"
 
 
 @dataclass

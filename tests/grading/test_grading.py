@@ -22,7 +22,7 @@ from gbtrain.grading.grades import read_reply
 from gbtrain.grading.pages import RENDER_PIXELS, find_pages, load_page
 from gbtrain.schema import Box
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pdf(path: Path, colors=("red", "blue"), size=(200, 300)) -> Path:

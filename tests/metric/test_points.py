@@ -13,7 +13,7 @@ from gbtrain.metric.agreement import AgreementRun, agreement_file
 from gbtrain.metric.parsing import NOT_A_NUMBER, NOT_FINITE, parse_points
 from gbtrain.metric.points import PointsOptions, Reference, kappa, points_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIB, PS = "Fill-in-the-blank", "Problem-Solving"
 
 # (key, full, teacher, type, second teacher); the model's scores below. Bands of the full score: <60%, 60-85%, >=85%.

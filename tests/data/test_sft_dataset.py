@@ -271,7 +271,7 @@ def test_the_trainer_trains_a_step_on_a_moved_build(moved_build, tiny_model_dir,
     from gbtrain.train.config import TrainConfig
     from gbtrain.train.trainer import train
 
-    recipe = Path(__file__).resolve().parents[1] / "configs" / "sft" / "tiny_cpu.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "configs" / "sft" / "tiny_cpu.yaml"
     cfg = load_config(TrainConfig, str(recipe), [f"model={tiny_model_dir}", f"dataset={moved_build}",
                                                  f"output_dir={tmp_path / 'run'}", "report_to=[]", "max_steps=1",
                                                  "save_steps=1000", "eval_steps=1000", "limit_train_samples=4",

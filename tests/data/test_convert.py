@@ -25,7 +25,7 @@ from gbtrain.data.converters import FORMATS, convert, cvat, labelstudio, load_ma
 from gbtrain.data.preview import preview, summary_lines
 from gbtrain.outputs import CONVERT_REPORT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "convert"
 IMAGES = FIX / "images"
 EXPORTS = {

@@ -12,7 +12,7 @@ import yaml
 from gbtrain.data.hub_export import HubExportRun, check_export, export_hub
 from gbtrain.outputs import HUB_EXPORT_RECORD
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def files_under(folder: Path) -> dict[str, int]:

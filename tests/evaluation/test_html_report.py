@@ -23,7 +23,7 @@ from gbtrain.evaluation.reports import OUTCOMES, outcome
 from gbtrain.evaluation.run import write_reports
 from gbtrain.metric.judges import RuleJudge
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ('</pre><script>document.title="pwned"</script><img src="x" onerror="document.title=\'pwned\'">'
            '<!-- & "quotes" -->')
 SETTINGS = "L1-af,L3-af,L3-ab"

@@ -25,7 +25,7 @@ from gbtrain.data.converters.build import ImageFinder
 from gbtrain.data.converters.sources import image_names
 from gbtrain.outputs import CONVERT_REPORT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "convert"
 IMAGES = FIX / "images"
 LS_EXPORT, LS_MAPPING = FIX / "labelstudio" / "export.json", ROOT / "configs" / "convert" / "example.yaml"

@@ -14,7 +14,7 @@ from conftest import FAMILY_RUN_FIXTURES, RECIPE_LORA, launch, run_script
 from gbtrain.coords import PixelBudget
 from gbtrain.train.config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def summaries(proc):

@@ -12,7 +12,7 @@ from gbtrain.coords import PixelBudget
 from gbtrain.data.annotations import load_level
 from gbtrain.data.conversations import answer_items
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_predictions(path, records, coords="qwen25", drop=0):

@@ -22,7 +22,7 @@ from gbtrain.grading.review_export import export_review
 from gbtrain.grading.review_import import import_review
 from gbtrain.schema import Box
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = ('1: {answer: "12", full_score: 2}\n'
        '2: {answer: x = 3, full_score: 4, rubric: "2 for the method", question_type: 填空}\n'
        '3: "7"\n')

@@ -179,7 +179,7 @@ def test_the_built_wheel_generates_a_page(tmp_path):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     source, target = tmp_path / "src", tmp_path / "site"  # a copy: pip builds in the source tree
     shutil.copytree(root, source, ignore=shutil.ignore_patterns(".venv", ".git", "runs", "data", "build", "*.egg-info",
                                                                "__pycache__", ".*_cache", ".hypothesis"))
@@ -201,7 +201,7 @@ def test_synth_pages_bad_options_end_in_one_line(tmp_path, args):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     cmd = [sys.executable, str(root / "data_builders" / "synth_pages.py"), "--out", str(tmp_path / "o"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     last = proc.stderr.strip().splitlines()[-1]

@@ -17,7 +17,7 @@ from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
 from gbtrain.evaluation.engine import default_budget, default_coords, merge_turns, parse_settings
 from gbtrain.vocabulary import ALL_SETTINGS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEST_PIXELS = ("--min-pixels", TEST_MIN_PIXELS, "--max-pixels", TEST_MAX_PIXELS)
 
 

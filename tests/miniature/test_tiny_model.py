@@ -47,7 +47,7 @@ def test_same_files_and_keys_as_the_hub_checkpoint(family_model_dir):
     from safetensors import safe_open
 
     model_dir = family_model_dir
-    hub = json.loads((Path(__file__).parent / "fixtures" / HUB_RECORDS[_family(model_dir).name]).read_text())
+    hub = json.loads((Path(__file__).parents[1] / "fixtures" / HUB_RECORDS[_family(model_dir).name]).read_text())
     files = {p.name for p in model_dir.iterdir()}
     shards = {f for f in files if re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", f)}
     assert files - shards == set(hub["files"]) and shards

@@ -29,7 +29,7 @@ from gbtrain.metric.scoring import ScoreRun
 from gbtrain.miniature.tiny_model import TinyModelRun
 from gbtrain.train.merge import MergeRun
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def script_options(script: str, name: str) -> type:

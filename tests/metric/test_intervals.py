@@ -28,7 +28,7 @@ from gbtrain.metric.intervals import (
 )
 from gbtrain.metric.judges import RuleJudge
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pages_of(passed: list[list[bool]]) -> dict[str, PageOutcomes]:

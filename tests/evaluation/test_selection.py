@@ -25,7 +25,7 @@ from gbtrain.evaluation.selection import (
 from gbtrain.outputs import COPY_MARKER
 from gbtrain.train.checkpoints import Checkpoint, eval_losses, find_checkpoints, training_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args, timeout=900):

@@ -1,5 +1,5 @@
 """What leaves the program as text (gbtrain.text): file names from ids, CSV cells, text quoted in Markdown.
-(redact: tests/test_backends.py, where the backends that need it are.)"""
+(redact: tests/inference/test_backends.py, where the backends that need it are.)"""
 
 from gbtrain.text import csv_cell, markdown_text, safe_name
 

@@ -9,7 +9,7 @@ from gbtrain.coords import PixelBudget
 from gbtrain.data.build_config import BuildConfig
 from gbtrain.train.config import TrainConfig
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_defaults_yaml_and_overrides(tmp_path):
