@@ -132,8 +132,6 @@ def _empty_folder(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
-
-
 def claim_rebuilt_folder(out: str | Path, flag: str, tool: str, ours: bool) -> None:
     """A folder that `tool` rewrites whole on a rerun must be named (not empty), and be empty, missing, or `ours`
     (it holds that tool's record): anything else may be a user's own files, which a rerun would replace."""

@@ -196,7 +196,6 @@ class LoadedLevel:
     pages_from_names: set[str] = field(default_factory=set)  # L1 records whose page came from their image name
 
 
-
 def annotation_path(data_dir: str | Path, level: str) -> Path:
     return Path(data_dir) / "annotations" / f"{level}.json"
 

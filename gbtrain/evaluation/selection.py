@@ -104,6 +104,7 @@ class SelectRun(ModelOptions, SelectiveFlags):
     overwrite: bool = option(False, "discard the earlier evaluations in --out and redo")
 
 
+# --------------------------------------------------------------------------------- the evaluated records
 def split_records(data: str | Path, levels: list[str], split: str, dataset: str | None) -> dict[str, list[Record]]:
     """The records of each level whose page the training build put in `split` (the builder's own rule, seed and
     shares), so no checkpoint is scored on pages it trained on; `all`: every record (a held-out folder)."""

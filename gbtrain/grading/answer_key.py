@@ -163,7 +163,6 @@ def grading_prompt(coords: str, key: AnswerKey | None) -> str:
                                key_points(key) or None)
 
 
-
 def question_of(item: PredictedItem, key: AnswerKey | None) -> str | None:
     """The question an item answers: the id the model wrote, if any; else, with an answer key, the one question
     whose reference the item's answer repeats (the prompt asks for the reference in "answer")."""

@@ -91,7 +91,6 @@ class GradeRun(ModelOptions, SelectiveFlags):
         return EvalRun(**shared, data=self.pages, settings=setting_name(L3, self.mode))
 
 
-
 def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None, threshold: float | None = None) -> dict:
     """What makes a page's grades: the model and how it was asked (backend, coords, budget, prompt wording, answer
     key, token limit, PDF resolution), which folder, and the review threshold that marked its items (a folder
@@ -103,7 +102,6 @@ def grading_identity(run: GradeRun, plan: RunPlan, key: AnswerKey | None, thresh
             "prompt_hash": prompts.prompt_fingerprint(), "mode": run.mode, "answer_key_sha256": answer_key_hash(key),
             "max_tokens": run.max_tokens, "structured": run.structured, "pdf_dpi": run.pdf_dpi,
             "pages": str(Path(run.pages).resolve()), "review_threshold": threshold}
-
 
 
 def check_grade_run(run: GradeRun) -> Path:

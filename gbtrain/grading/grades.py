@@ -97,7 +97,6 @@ def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget,
             "review_threshold": threshold, "items": items, "response": str(reply["response"])}
 
 
-
 def page_file(out: Path, page: Page) -> Path:
     return out / RESULTS / f"{page.stem}.json"
 

@@ -79,8 +79,6 @@ class ReviewRun:
     subject: str = option("Other", "import: the subject written into the reviewed pages' annotations")
 
 
-
-
 @dataclass
 class GradedPage:
     """A graded page as the review sees it: its page file, its review id and its image's file name in review/."""

@@ -234,8 +234,6 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
     return pairs
 
 
-
-
 def page_marks(items: list[Reviewed]) -> list[Mark]:
     """A reviewed page's answer marks: each item as the teacher left it (deleted ones and those without a box left
     out; in points where the teacher's score is given), its id the question id made unique on the page (a question

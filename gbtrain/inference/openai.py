@@ -122,8 +122,6 @@ class OpenAIBackend(RegisteredBackend):
         self.client.close()
 
 
-
-
 def _reply(choice) -> str:
     """The reply, with its tokens' logprobs (a Reply) where the endpoint gave them and their texts spell the reply
     (the offsets are their cumulative lengths); otherwise the plain text, which has no confidences."""

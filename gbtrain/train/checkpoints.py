@@ -274,6 +274,3 @@ def eval_losses(run_dir: str | Path) -> dict[int, float]:
         with suppress(OSError, ValueError, KeyError, TypeError):
             losses[step] = float(read_json(run_dir / "train_summary.json")["eval_loss"])
     return losses
-
-
-# --------------------------------------------------------------------------------- the evaluated records

@@ -288,8 +288,6 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
                 stage=_stage(item, page, m, plan))
 
 
-
-
 def _number(text: str, where: str) -> float:
     """A points value as the tool wrote it (tools store attributes as text): `7` stays an int, `7.5` a float."""
     try:

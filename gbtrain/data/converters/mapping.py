@@ -18,7 +18,6 @@ FORMATS = ("labelstudio", "cvat", "labelme", "coco")
 LABEL_FIELD = "@label"  # a field name meaning "the region's label" (e.g. categories named right / wrong)
 
 
-
 @dataclass
 class FieldNames:
     """Where each GradingBench field is read: the tool's attribute name on a region (stage, subject, question type
