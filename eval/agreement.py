@@ -32,6 +32,9 @@ def main() -> None:
           f"{_value(m['weighted_kappa']['linear'])}, quadratic {_value(m['weighted_kappa']['quadratic'])}), same band "
           f"{m['exact_band']:.3f}, same points {m['exact_points']:.3f}; missing {cov['missing']}, unexpected "
           f"{cov['unexpected']}, duplicate {cov['duplicate']}, out of range {cov['out_of_range']} -> {run.out}")
+    lost, given = m["costs_marks"], m["gives_marks"]
+    print(f"agreement: the model cost students {lost['points']:g} points on {lost['n']} questions (below the "
+          f"teacher) and gave {given['points']:g} on {given['n']} (above)")
     if p["second_teacher"]:
         t = p["second_teacher"]["teacher_2"]
         print(f"agreement: second teacher on {t['n']} questions (the human ceiling): MAE {t['mae']:.3f}, kappa "

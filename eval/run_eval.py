@@ -22,6 +22,10 @@ def main() -> None:
     with user_errors("run_eval"):
         report = evaluate_checkpoint(run)
     print(markdown(report))
+    trained = report["meta"]["held_out"]["training_records"]
+    if trained:
+        print(f"run_eval: warning: {trained} of the evaluated records are pages the model trained on "
+              f"({report['meta']['held_out']['why']}): pass --split test for the held-out ones", file=sys.stderr)
     for name, rep in report["settings"].items():
         if rep["judge_replies"]["unclear"]:
             print(f"run_eval: warning: {name}: the judge gave {rep['judge_replies']['unclear']} of "

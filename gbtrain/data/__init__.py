@@ -6,7 +6,9 @@
 - ``fonts``, ``drawing``: the committed font subsets, and the one drawer of boxes and labels on a page.
 - ``hub_export``: a finished build as a self-contained Hub dataset (data_builders/export_hub.py).
 - ``conversations``: SFT conversations (targets as JSON) built from records.
+- ``splits``: which split each page is in (a hash of the page, or of its student or exam).
 - ``sft_dataset``: the SFT DatasetDict build, its card, and loading it for training.
+- ``held_out``: the records an evaluation scores: by default the held-out pages of the model's training build.
 - ``preview``: pages drawn with their annotations, to check a conversion by eye.
 - ``converters``: exports of annotation tools (Label Studio, CVAT, COCO, labelme) to the GradingBench layout.
 - ``synth``: the synthetic exam-page generator (the embedded default dataset); only it and the miniatures import it.

@@ -35,6 +35,9 @@ class BuildConfig:
                                          "says so)")
     validation_share: float = option(0.05, "share of pages in the validation split")
     test_share: float = option(0.10, "share of pages in the test split")
+    split_group: str | None = option(None, "regex whose first group, searched in each record's image path, names "
+                                           "its student or exam: all pages of one group go to one split (null: "
+                                           "each page alone)")
     mix: MixConfig = field(default_factory=MixConfig)
     l2_margin: float = option(DEFAULT_L2_MARGIN, "margin of an L2 region derived from answer boxes (pages without "
                                                  "question marks)")

@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from gbtrain.config import option
-from gbtrain.data.sft_dataset import SPLITS, dataset_coords, dataset_pixel_budget, finished_build, load_sft_dataset
+from gbtrain.data.sft_dataset import dataset_coords, dataset_pixel_budget, finished_build, load_sft_dataset
+from gbtrain.data.splits import SPLITS
 from gbtrain.outputs import HUB_EXPORT_RECORD, SYNTH_RECORD, claim_rebuilt_folder, overlapping, require_out
 
 README = "README.md"

@@ -10,7 +10,6 @@ which are relative to OUT so that the folder can be moved or copied whole, into 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -29,22 +28,11 @@ from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data import annotations
 from gbtrain.data.build_config import BuildConfig
 from gbtrain.data.conversations import Conversation, build_conversation, with_image_placeholder
+from gbtrain.data.splits import SPLITS, SplitRule
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.outputs import overlapping
 from gbtrain.schema import Record
 from gbtrain.vocabulary import LEVELS, MODES
-
-SPLITS = ("train", "validation", "test")
-
-
-def split_of(page_id: str, seed: int, validation_share: float, test_share: float) -> str:
-    """Deterministic split of a page from a hash: stable when pages are added, never mixing a page."""
-    u = int(hashlib.sha256(f"{seed}:{page_id}".encode()).hexdigest()[:12], 16) / 16**12
-    if u < test_share:
-        return "test"
-    if u < test_share + validation_share:
-        return "validation"
-    return "train"
 
 
 @dataclass
@@ -61,11 +49,12 @@ def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig) -> Pla
     """
     _check_config(cfg)
     rng = random.Random(cfg.seed)
+    rule = SplitRule.of(cfg)
     by_split: dict[str, dict[str, list[Record]]] = {s: {lvl: [] for lvl in LEVELS} for s in SPLITS}
     pages: dict[str, set[str]] = {s: set() for s in SPLITS}
     for level, records in records_by_level.items():
         for r in records:
-            s = split_of(r.page_id, cfg.seed, cfg.validation_share, cfg.test_share)
+            s = rule.split(r)
             by_split[s][level].append(r)
             pages[s].add(r.page_id)
     total_pages = sum(len(p) for p in pages.values()) or 1

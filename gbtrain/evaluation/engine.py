@@ -22,6 +22,7 @@ from gbtrain import prompts
 from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget, convention_for_model, to_model
 from gbtrain.data.annotations import image_path, load_level
 from gbtrain.data.conversations import points_to_grade, prompt_inputs
+from gbtrain.data.held_out import HeldOut
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.inference.base import Backend, SamplingOptions, message
 from gbtrain.metric.intervals import IntervalOptions
@@ -103,6 +104,12 @@ def default_l2_margin(model: str) -> float:
     return recorded.l2_margin if recorded else DEFAULT_L2_MARGIN
 
 
+def recorded_build(model: str) -> str | None:
+    """The training build the checkpoint records (None: none recorded), whose held-out pages evaluate it."""
+    recorded = read_checkpoint_record(model)
+    return recorded.dataset if recorded else None
+
+
 @lru_cache(maxsize=8)  # L2 records of a page come together; pages can be tens of MB decoded
 def _decode(path: Path) -> Image.Image:
     try:
@@ -123,6 +130,7 @@ class EvalOptions:
     l2_margin: float = DEFAULT_L2_MARGIN  # derived L2 regions, as the training data's builder drew them
     points: PointsOptions = PointsOptions()  # the bands and large-error share of the points report
     intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
+    held_out: HeldOut = field(default_factory=lambda: HeldOut("all", None, "every record"))  # records evaluated
 
 
 class Evaluator:
@@ -136,9 +144,10 @@ class Evaluator:
 
     def records(self, level: str) -> list[Record]:
         if level not in self._records:
-            recs = load_level(self.data_dir, level).records
+            recs = [r for r in load_level(self.data_dir, level).records if self.opts.held_out.keeps(r)]
             if not recs:
-                raise ValueError(f"{self.data_dir}: no {level} records")
+                raise ValueError(f"{self.data_dir}: no {level} records" + (
+                    "" if self.opts.held_out.split == "all" else f" in {self.opts.held_out.why}"))
             self._records[level] = recs[:self.opts.limit] if self.opts.limit else recs
         return self._records[level]
 

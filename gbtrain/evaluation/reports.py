@@ -155,12 +155,26 @@ def interval_notes(settings: dict[str, dict]) -> list[str]:
                     if s.get("intervals") and s["intervals"]["undefined"]]
 
 
+def held_out_lines(meta: dict) -> list[str]:
+    """The report's line on which records were evaluated, a warning first when the model trained on some of them
+    (none for a report written before evaluations recorded it)."""
+    held = meta.get("held_out")
+    if not held:
+        return []
+    lines = [f"Records: {markdown_text(held['why'])}.", ""]
+    if held["training_records"]:
+        lines = [f"**Warning: {held['training_records']} of the evaluated records are pages the model trained on**: "
+                 f"these figures overstate what it does on new pages (`--split test` evaluates the held-out ones).",
+                 "", *lines]
+    return lines
+
+
 def markdown(report: dict) -> str:
     t = report["table2"]
     meta = {k: markdown_text(v) for k, v in report["meta"].items()}
     lines = [f"# Evaluation: {meta.get('model')}", "",
              f"Backend {meta.get('backend')}, coords {meta.get('coords')}, judge {meta.get('judge')}, pixels "
-             f"{meta.get('min_pixels')}-{meta.get('max_pixels')}.", "",
+             f"{meta.get('min_pixels')}-{meta.get('max_pixels')}.", "", *held_out_lines(report["meta"]),
              "## Table 2 layout (accuracy %, mAP@[.2:.5])", ""]
     levels = [lvl for lvl in LEVELS if lvl in t]
     settings = report["settings"]
@@ -179,8 +193,11 @@ def markdown(report: dict) -> str:
         c = s["coverage"]
         lines.append(f"| {name} | {s['n_groups']} | " + " | ".join(_cell(s, m) for m in (*GATES, "map_20_50"))
                      + f" | {s['fn']} | {s['fp']} | {c['missing']} | {c['unparsable']} |")
+    lines += ["", "FN: the teacher's right judged wrong (costs the student marks); FP: judged right where the teacher "
+              "did not (gives marks)."]
     lines += interval_notes(settings)
     lines += ranked_map_notes(settings)
+    lines += harm_table(settings)
     lines += selective_table(settings)
     lines += points_table(settings)
     if report["three_turn"]:
@@ -197,6 +214,20 @@ def markdown(report: dict) -> str:
                   f"{_ci(d['reasoning_accuracy']['answer-free'])}%, answer-based "
                   f"{_ci(d['reasoning_accuracy']['answer-based'])}%"]
     return "\n".join(lines) + "\n"
+
+
+def harm_table(settings: dict[str, dict]) -> list[str]:
+    """The Markdown lines of the wrong verdicts per question type, by whom they hurt (FN costs marks, FP gives
+    them), for the settings that judged any group."""
+    rows = [(name, qtype, b) for name, s in sorted(settings.items())
+            for qtype, b in s.get("breakdown", {}).get("question_type", {}).items()
+            if "costs_marks" in b and (b["costs_marks"] or b["gives_marks"])]
+    if not rows:
+        return []
+    return ["", "## Wrong verdicts by question type", "", "| setting | question type | groups | costs marks (FN) | "
+            "gives marks (FP) |", "|---|---|---:|---:|---:|",
+            *[f"| {name} | {markdown_text(qtype)} | {b['n']} | {b['costs_marks']} | {b['gives_marks']} |"
+              for name, qtype, b in rows]]
 
 
 def selective_table(settings: dict[str, dict]) -> list[str]:
@@ -217,12 +248,24 @@ def selective_table(settings: dict[str, dict]) -> list[str]:
         rows = {r["threshold"]: r for r in table["rows"]}
         lines.append(f"| {name} | " + " | ".join(f"{_ci(rows[t]['coverage'])} / {_ci(rows[t]['accuracy'])}"
                                                  for t in SELECTIVE_SHOWN) + " |")
-    return lines + [f"{name}: {t['undefined']}." for name, t in tables.items() if not t["rows"]]
+    lines += [f"{name}: {t['undefined']}." for name, t in tables.items() if not t["rows"]]
+    calibrated = {name: s["calibration"] for name, s in sorted(settings.items())
+                  if (s.get("calibration") or {}).get("ece") is not None}
+    if calibrated:
+        lines += ["", "Calibration of the judgment confidence (groups passing every gate against the confidence; "
+                      "plot: plots/reliability.png): ECE " + ", ".join(f"{name} {c['ece']:.3f}"
+                                                                         for name, c in calibrated.items()) + "."]
+    return lines
 
 
 def kappa_text(k: dict) -> str:
     """A kappa as the reports print it: its value, or "undefined" (its reason is in report.json), never 0."""
     return "undefined" if k["value"] is None else f"{k['value']:.3f}"
+
+
+def _harm(direction: dict | None) -> str:
+    """`N (P pts)` of points_errors' side: questions and points (n/a in a report written before it was kept)."""
+    return "n/a" if direction is None else f"{direction['n']} ({direction['points']:g} pts)"
 
 
 def points_table(settings: dict[str, dict]) -> list[str]:
@@ -233,14 +276,16 @@ def points_table(settings: dict[str, dict]) -> list[str]:
         return []
     lines = ["", "## Points against the teacher (docs/metric.md#points)", "",
              "| setting | questions | MAE | MAE / full | bias | max error | large errors | kappa | quadratic kappa | "
-             "same band | missing | out of range |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "same band | costs marks | gives marks | missing | out of range |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in graded.items():
         m, c = p["model"], p["coverage"]
         mae = _ci(m["mae"], (settings[name].get("intervals") or {}).get("mae"), 1, 3)
         lines.append(f"| {name} | {p['n']} | {mae} | {m['normalized_mae']:.3f} | "
                      f"{m['mean_signed_error']:+.3f} | {m['max_error']:g} | {m['large_errors']} | "
                      f"{kappa_text(m['kappa'])} | {kappa_text(m['weighted_kappa']['quadratic'])} | "
-                     f"{_ci(m['exact_band'])}% | {c['missing']} | {c['out_of_range']} |")
+                     f"{_ci(m['exact_band'])}% | {_harm(m.get('costs_marks'))} | {_harm(m.get('gives_marks'))} | "
+                     f"{c['missing']} | {c['out_of_range']} |")
     return lines
 
 
@@ -277,7 +322,32 @@ def plots(report: dict, out_dir: Path) -> list[Path]:
               if (report["settings"][n].get("selective") or {}).get("rows")}
     if curves:
         paths.append(selective_plot(curves, out_dir / "selective.png"))
+    calibrated = {n: report["settings"][n]["calibration"] for n in names
+                  if (report["settings"][n].get("calibration") or {}).get("bins")}
+    if calibrated:
+        paths.append(reliability_plot(calibrated, out_dir / "reliability.png"))
     return paths
+
+
+def reliability_plot(calibrated: dict[str, dict], path: Path) -> Path:
+    """The reliability diagram per setting: accuracy against mean confidence of each confidence bin that holds
+    groups (on the diagonal: calibrated), with the ECE in the legend."""
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    for name, c in calibrated.items():
+        kept = [b for b in c["bins"] if b["n"]]
+        ax.plot([b["confidence"] for b in kept], [b["accuracy"] for b in kept], marker="o",
+                label=f"{name} (ECE {c['ece']:.3f})")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("judgment confidence")
+    ax.set_ylabel("share passing every gate")
+    ax.set_title("Reliability")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def selective_plot(curves: dict[str, list[dict]], path: Path) -> Path:
@@ -338,11 +408,17 @@ METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
 
 
 def comparison_problems(base: dict, sft: dict) -> list[str]:
-    """Why two reports cannot be compared: other annotations, record limit, judge or scorer, or settings
-    that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
+    """Why two reports cannot be compared: other annotations, record limit, judge or scorer, other records of the
+    folder (a split of another build, or every record against a split: pass --build to the base model's evaluation),
+    or settings that scored other groups. (Models, conventions and pixel budgets may differ: that is the
+    comparison.)"""
     problems = [redact(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
                 for key in ("annotations_sha256", "limit", "judge", "scorer_sha256", "point_bands", "large_error")
                 if base["meta"].get(key) != sft["meta"].get(key)]
+    records = [{k: (report["meta"].get("held_out") or {}).get(k) for k in ("split", "build")} for report in (base, sft)]
+    if records[0] != records[1]:
+        problems.append(redact(f"records evaluated: {records[0]} vs {records[1]} (evaluate both with the same --split "
+                               f"and --build)"))
     common = sorted(set(base["settings"]) & set(sft["settings"]))
     if not common:
         problems.append("no setting in common")

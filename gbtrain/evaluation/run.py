@@ -11,6 +11,7 @@ from gbtrain import prompts
 from gbtrain.config import below_minimum, option, require_model
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data.annotations import annotations_sha256
+from gbtrain.data.held_out import HeldOut, SplitFlags, resolve_held_out
 from gbtrain.evaluation.engine import (
     GRADING_SCHEMA,
     EvalOptions,
@@ -20,6 +21,7 @@ from gbtrain.evaluation.engine import (
     default_coords,
     default_l2_margin,
     parse_settings,
+    recorded_build,
     run_diagnostics,
 )
 from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
@@ -34,7 +36,7 @@ from gbtrain.vocabulary import L2, one_of
 
 
 @dataclass
-class EvalRun(ModelOptions, PointsFlags, IntervalFlags):
+class EvalRun(ModelOptions, PointsFlags, IntervalFlags, SplitFlags):
     """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these. Each field
     is a flag of run_eval.py (gbtrain.cli.add_options)."""
 
@@ -53,8 +55,10 @@ class EvalRun(ModelOptions, PointsFlags, IntervalFlags):
     overlays: int = option(4, "records drawn per L1/L3 setting")
 
 
-def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: float = DEFAULT_L2_MARGIN) -> dict:
-    """What makes an evaluation folder's predictions: the model, how it was asked, and on which data.
+def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: float = DEFAULT_L2_MARGIN,
+                 held_out: HeldOut | None = None) -> dict:
+    """What makes an evaluation folder's predictions: the model, how it was asked, and on which data (the folder,
+    and which of its records: `held_out`, every record when None).
     (`--limit`, batch sizes, parallelism and the judge may change between reruns: they do not change a line.)"""
     data = Path(run.data)
     model = str(Path(run.model).resolve()) if Path(run.model).is_dir() else run.model
@@ -62,7 +66,8 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: floa
     return {"tool": "run_eval", "model": model, "backend": run.backend, "base_url": base_url, "coords": coords,
             "min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels, "l2_margin": l2_margin,
             "prompt_hash": prompts.prompt_fingerprint(), "max_tokens": run.max_tokens, "structured": run.structured,
-            "data": str(data.resolve()), "annotations_sha256": annotations_sha256(data)}
+            "data": str(data.resolve()), "annotations_sha256": annotations_sha256(data),
+            "split": held_out.split if held_out else "all", "build": held_out.build if held_out else None}
 
 
 def check_run(run: EvalRun) -> None:
@@ -97,6 +102,7 @@ class RunPlan:
     settings: list[Setting]
     memory: VLLMMemory
     judge: Judge  # an LLM judge's engine starts only when first asked
+    held_out: HeldOut  # which records of --data are evaluated
 
 
 def plan_run(run: EvalRun) -> RunPlan:
@@ -112,8 +118,10 @@ def plan_run(run: EvalRun) -> RunPlan:
                          base_budget.max_pixels if run.max_pixels is None else run.max_pixels, base_budget.factor)
     l2_margin = default_l2_margin(run.model) if run.l2_margin is None else run.l2_margin
     memory = VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization)
+    held_out = resolve_held_out(run.data, run.split, run.build,
+                                recorded_build(run.model) if BACKENDS[run.backend].loads_model else None)
     return RunPlan(coords, budget, l2_margin, parse_settings(run.settings, run.three_turn), memory,
-                   judge_from_spec(run.judge, memory))
+                   judge_from_spec(run.judge, memory), held_out)
 
 
 def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
@@ -123,11 +131,14 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
     plan = resolve_run(run)
     out = Path(run.out)
     with FolderLock(out):
-        identity = run_identity(run, plan.coords, plan.budget, plan.l2_margin)
+        identity = run_identity(run, plan.coords, plan.budget, plan.l2_margin, plan.held_out)
         claim_output_folder(out, identity, run.overwrite)  # before any model starts
         ev, diagnostics = run_settings(run, plan, progress)
         scored = {s.name: ev.score(s, plan.judge) for s in plan.settings}
-        return write_reports(ev, plan.settings, scored, run_meta(run, plan, identity), diagnostics, run.overlays)
+        trained = plan.held_out.training_records([r for level in sorted({s.level for s in plan.settings})
+                                                  for r in ev.records(level)])
+        meta = run_meta(run, plan, identity) | {"held_out": plan.held_out.record(trained)}
+        return write_reports(ev, plan.settings, scored, meta, diagnostics, run.overlays)
 
 
 def resolve_run(run: EvalRun) -> RunPlan:
@@ -167,7 +178,7 @@ def run_settings(run: EvalRun, plan: RunPlan, progress: bool = True) -> tuple[Ev
     ev = Evaluator(backend, Path(run.data), Path(run.out),
                    EvalOptions(plan.coords, plan.budget, SamplingOptions(max_tokens=run.max_tokens), run.batch_size,
                                run.max_model_len if tokenizer else None, run.limit, plan.l2_margin,
-                               run.points_options(), run.interval_options()),
+                               run.points_options(), run.interval_options(), plan.held_out),
                    tokenizer=tokenizer, progress=progress)
     for s in plan.settings:
         ev.run(s, overwrite=run.overwrite, sampling=setting_sampling(run, s))

@@ -38,10 +38,8 @@ from gbtrain.cli import describe
 from gbtrain.config import option, require_model
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.data.annotations import annotations_sha256, image_root, load_level, write_level
-from gbtrain.data.sft_dataset import (
-    finished_build,
-    split_of,
-)
+from gbtrain.data.sft_dataset import finished_build
+from gbtrain.data.splits import SplitRule
 from gbtrain.evaluation.engine import parse_settings
 from gbtrain.evaluation.run import EvalRun, check_run, evaluate_checkpoint
 from gbtrain.files import read_json, write_atomic
@@ -114,14 +112,13 @@ def split_records(data: str | Path, levels: list[str], split: str, dataset: str 
     if not dataset or not Path(dataset).is_dir():
         raise FileNotFoundError(f"the run's training dataset {dataset} is gone: its build record gives the {split} "
                                 f"split; pass --split all to evaluate every record of a held-out --data")
-    build = finished_build(dataset)
-    seed, shares = int(build.seed), (float(build.validation_share), float(build.test_share))
-    chosen = {lvl: [r for r in recs if split_of(r.page_id, seed, *shares) == split] for lvl, recs in loaded.items()}
+    rule = SplitRule.of(finished_build(dataset))
+    chosen = {lvl: [r for r in recs if rule.split(r) == split] for lvl, recs in loaded.items()}
     for lvl, recs in chosen.items():
         if not recs:
-            raise ValueError(f"{data}: no {lvl} record lies in the {split} split of {dataset} (seed {seed}, "
-                             f"validation/test shares {shares[0]}/{shares[1]}): pass --split all to evaluate every "
-                             f"record of a held-out folder, or other --settings")
+            raise ValueError(f"{data}: no {lvl} record lies in the {split} split of {dataset} (seed {rule.seed}, "
+                             f"validation/test shares {rule.validation_share}/{rule.test_share}): pass --split all to "
+                             f"evaluate every record of a held-out folder, or other --settings")
     return chosen
 
 

@@ -8,7 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 from gbtrain.grading.review import CHANGES, Graded, Review, Reviewed, model_points, model_verdict
+from gbtrain.metric.points import points_errors, verdict_errors
 from gbtrain.schema import (
+    RIGHT,
     Box,
 )
 from gbtrain.text import markdown_text
@@ -33,6 +35,17 @@ def changes(r: Reviewed, box_iou: float) -> list[str]:
     return kinds
 
 
+def direction(items: list[Reviewed]) -> dict:
+    """The model's errors the teachers found, by whom they hurt (gbtrain.metric.points): verdicts and points that
+    cost students marks, and those that gave marks, over the items both graded."""
+    both = [r for r in items if r.model is not None and r.teacher is not None]
+    verdicts = [(r.teacher.verdict == RIGHT, model_verdict(r.model) == RIGHT) for r in both
+                if r.teacher.verdict is not None]
+    scored = [(r.teacher.score, model_points(r.model)) for r in both
+              if r.teacher.score is not None and model_points(r.model) is not None]
+    return {"verdicts": verdict_errors(verdicts), "points": points_errors(scored)}
+
+
 def _rate(changed: int, reviewed: int) -> float | None:
     return round(changed / reviewed, 6) if reviewed else None
 
@@ -54,13 +67,14 @@ def report(review: Review, graded: Path, reviewed_file: Path, box_iou: float) ->
         "unreviewed": review.unreviewed, "not_shown": review.not_shown,
         "pages": {"reviewed": len(review.pages), "unreviewed": review.unreviewed_pages},
         "changes": {kind: sum(kind in r.changes for r in changed) for kind in CHANGES},
+        "errors": direction(review.items),
         "points_changes": {"count": len(sizes), "mean_abs": round(statistics.fmean(sizes), 6) if sizes else None,
                            "max_abs": max(sizes) if sizes else None},
         "reasons": dict(Counter(r.reason for r in changed if r.reason).most_common()),
         "changed_without_reason": sum(not r.reason for r in changed),
         "by_question_type": {t: {"reviewed": len(rs), "changed": sum(bool(r.changes) for r in rs),
-                                 "regrade_rate": _rate(sum(bool(r.changes) for r in rs), len(rs))}
-                             for t, rs in sorted(types.items())},
+                                 "regrade_rate": _rate(sum(bool(r.changes) for r in rs), len(rs)),
+                                 "errors": direction(rs)} for t, rs in sorted(types.items())},
         "changed_items": [{"page": r.page, "item": None if r.model is None else r.model["index"] + 1,
                            "question_id": (r.teacher.question_id if r.teacher else None) or (r.model or {}).get(
                                "question_id"),
@@ -78,6 +92,11 @@ def _teacher_view(t: Graded | None) -> dict | None:
     return None if t is None else {"verdict": t.verdict, "score": t.score, "box": t.box, "text": t.text}
 
 
+def _points_text(p: dict) -> str:
+    return (f"{p['costs_marks']['points']:g} in {p['costs_marks']['n']} / "
+            f"{p['gives_marks']['points']:g} in {p['gives_marks']['n']}")
+
+
 def report_markdown(rep: dict) -> str:
     def pct(v: float | None) -> str:
         return "n/a" if v is None else f"{100 * v:.1f}%"
@@ -88,9 +107,15 @@ def report_markdown(rep: dict) -> str:
              f"**Re-grade rate: {pct(rep['regrade_rate'])}** ({rep['changed']} of {rep['reviewed']} reviewed items "
              f"changed by the teacher; {rep['unreviewed']} items not reviewed and not counted"
              + (f"; {rep['not_shown']} items without a box not shown" if rep["not_shown"] else "") + ").", "",
-             "| question type | reviewed | changed | re-grade rate |", "|---|---|---|---|"]
-    lines += [f"| {markdown_text(t)} | {v['reviewed']} | {v['changed']} | {pct(v['regrade_rate'])} |"
-              for t, v in rep["by_question_type"].items()]
+             "Verdicts and points the teachers corrected, by whom the model's error hurt: *costs* marks a student "
+             "earned (the teacher's right judged wrong, points below the teacher's), *gives* marks the teacher did "
+             "not.", "",
+             "| question type | reviewed | changed | re-grade rate | verdicts: costs / gives | points: costs / gives |",
+             "|---|---|---|---|---|---|"]
+    rows = [*rep["by_question_type"].items(), ("all", {**rep, "errors": rep["errors"]})]
+    lines += [f"| {markdown_text(t)} | {v['reviewed']} | {v['changed']} | {pct(v['regrade_rate'])} | "
+              f"{v['errors']['verdicts']['costs_marks']} / {v['errors']['verdicts']['gives_marks']} | "
+              f"{_points_text(v['errors']['points'])} |" for t, v in rows]
     pc = rep["points_changes"]
     lines += ["", "| what changed | items |", "|---|---|"]
     lines += [f"| {kind} | {n} |" for kind, n in rep["changes"].items()]

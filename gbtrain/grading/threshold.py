@@ -3,18 +3,45 @@ records, or the one select_checkpoint chose and recorded there."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Protocol
 
 from gbtrain.files import read_json
 from gbtrain.metric.selective import (
     BUDGET_FLAG,
+    CERTIFIED_FLAG,
     TARGET_FLAG,
     choose_threshold,
     rule_flag,
 )
 from gbtrain.outputs import SELECTIVE_RECORD
 from gbtrain.vocabulary import L3, setting_name
+
+
+def _share(value) -> bool:
+    """A share as a record may hold one: a finite number from 0 to 1 (not a boolean, not text)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
+
+
+def entry_problem(entry) -> str | None:
+    """What is wrong with one setting's entry of a threshold record, or None: its threshold (and coverage, accuracy,
+    review share) a share from 0 to 1 or null with the problem that left it so, and its coverage table present, with
+    a share at each of its rows. A record edited by hand must not send everything, or nothing, to review."""
+    if not isinstance(entry, dict) or "threshold" not in entry or "table" not in entry:
+        return "not a setting's entry (threshold and table)"
+    if entry["threshold"] is None:
+        return None if entry.get("problem") else "no threshold, and no problem saying why"
+    bad = [key for key in ("threshold", "coverage", "accuracy", "review_share")
+           if key in entry and entry[key] is not None and not _share(entry[key])]
+    if bad:
+        return f"{bad[0]} {entry[bad[0]]!r:.40} is not a share from 0 to 1"
+    table = entry["table"]
+    rows = table.get("rows") if isinstance(table, dict) else None
+    if not isinstance(rows, list) or not rows or not all(
+            isinstance(r, dict) and _share(r.get("threshold")) and _share(r.get("coverage")) for r in rows):
+        return "its coverage-accuracy table is missing or damaged"
+    return None
 
 
 def read_selective_record(model: str | Path) -> dict | None:
@@ -26,13 +53,17 @@ def read_selective_record(model: str | Path) -> dict | None:
         return None
     try:
         record = read_json(path)
-        ok = isinstance(record["rule"], dict) and all(isinstance(v, dict) and "threshold" in v and "table" in v
-                                                      for v in record["settings"].values())
+        ok = isinstance(record["rule"], dict) and isinstance(record["settings"], dict)
     except (ValueError, KeyError, TypeError, AttributeError):
         ok = False
     if not ok:
         raise ValueError(f"{path}: not a threshold record of select_checkpoint: delete it, or record one anew "
-                         f"(select_checkpoint --copy-best with {TARGET_FLAG} or {BUDGET_FLAG})")
+                         f"(select_checkpoint --copy-best with {TARGET_FLAG}, {BUDGET_FLAG} or {CERTIFIED_FLAG})")
+    for setting, entry in record["settings"].items():
+        problem = entry_problem(entry)
+        if problem:
+            raise ValueError(f"{path}: {setting}: {problem}: delete the file, or record a threshold anew "
+                             f"(select_checkpoint --copy-best with {TARGET_FLAG}, {BUDGET_FLAG} or {CERTIFIED_FLAG})")
     return record
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -93,6 +94,23 @@ def _rate(n: int, d: int) -> float | None:
     return round(n / d, _ROUND) if d else None
 
 
+def verdict_errors(pairs: Iterable[tuple[bool, bool]]) -> dict:
+    """The model's wrong verdicts by whom they hurt, over (teacher says right, model says right) pairs: those that
+    cost the student marks (the teacher's right judged wrong: a false negative) and those that give marks the
+    teacher did not (a false positive). A school weighs them differently."""
+    pairs = list(pairs)
+    return {"costs_marks": sum(t and not m for t, m in pairs), "gives_marks": sum(m and not t for t, m in pairs)}
+
+
+def points_errors(pairs: Iterable[tuple[float, float]]) -> dict:
+    """The same for points, over (teacher's points, model's points) pairs: how many questions, and how many points
+    in all, the model took from the students (below the teacher) and gave them (above)."""
+    pairs = list(pairs)
+    lost, given = [t - m for t, m in pairs if m < t], [m - t for t, m in pairs if m > t]
+    return {"costs_marks": {"n": len(lost), "points": round(sum(lost), _ROUND)},
+            "gives_marks": {"n": len(given), "points": round(sum(given), _ROUND)}}
+
+
 def errors(rows: list[tuple[float, float, float]], opts: PointsOptions) -> dict:
     """MAE in points and over the full score, mean signed error (rated minus reference: above 0, too generous),
     the largest error and the count of large ones, of (full score, reference points, rated points) rows."""
@@ -105,6 +123,7 @@ def errors(rows: list[tuple[float, float, float]], opts: PointsOptions) -> dict:
         "mean_signed_error": round(sum(e for e, _ in errs) / n, _ROUND) if n else None,
         "max_error": round(float(max(abs(e) for e, _ in errs)), _ROUND) if n else None,
         "large_errors": sum(abs(e) > opts.large_error * f for e, f in errs),
+        **points_errors((ref, rated) for _, ref, rated in rows),
     }
 
 

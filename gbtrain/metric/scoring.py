@@ -23,11 +23,12 @@ from rapidfuzz.distance import Levenshtein
 from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.data.annotations import annotation_path, load_level
+from gbtrain.data.held_out import SplitFlags, resolve_held_out
 from gbtrain.inference.base import VLLMMemory
 from gbtrain.metric import confidence, intervals, judges, parsing, points, selective
 from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes
 from gbtrain.metric.judges import normalize_text
-from gbtrain.metric.points import PointsFlags, PointsOptions
+from gbtrain.metric.points import PointsFlags, PointsOptions, verdict_errors
 from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
 from gbtrain.vocabulary import ANSWER_FREE, FALSE_WORDS, LEVELS, MODES, TRUE_WORDS
 
@@ -416,8 +417,8 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "recognized": lambda g: g.rate("recognized"),
     "reasoned": lambda g: g.rate("reasoned"),
     "correct": lambda g: sum(o.accurate for o in g.counted),
-    "fn": lambda g: sum(o.judged is False and o.label == RIGHT for o in g.counted),
-    "fp": lambda g: sum(o.judged is True and o.label != RIGHT for o in g.counted),
+    "fn": lambda g: verdict_errors(verdict_pairs(g.counted))["costs_marks"],
+    "fp": lambda g: verdict_errors(verdict_pairs(g.counted))["gives_marks"],
     "unverifiable": lambda g: sum(o.unverifiable for o in g.counted),
     "judge_replies": lambda g: g.judge.stats(g.judged_pairs),
     "labels": lambda g: dict(sorted(Counter(o.label for o in g.outcomes).items())),
@@ -426,6 +427,7 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "ap_by_iou": lambda g: g.localization[1],
     "map_ranked": lambda g: ranked_map(g.ranked, sum(len(r.groups) for r in g.records)),
     "selective": lambda g: selective.coverage_table(g.counted),
+    "calibration": lambda g: selective.calibration(g.counted),
     "coverage": _coverage,
     "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
     "breakdown": lambda g: breakdown(g.counted),
@@ -458,21 +460,27 @@ def _judge_step(out: GroupOutcome, item: parsing.PredictedItem) -> None:
     out.accurate = item.correctness is not None and item.correctness == (out.label == RIGHT)
 
 
+def verdict_pairs(outcomes: list[GroupOutcome]) -> list[tuple[bool, bool]]:
+    """(teacher says right, model says right) of the groups the model judged."""
+    return [(o.label == RIGHT, o.judged is True) for o in outcomes if o.judged is not None]
+
+
 def breakdown(outcomes: list[GroupOutcome]) -> dict:
-    """Accuracy by subject, stage, question type and content format, over the categories in the data."""
+    """Accuracy by subject, stage, question type and content format, over the categories in the data, and the
+    wrong verdicts that cost students marks or gave them marks (points.verdict_errors)."""
     result = {}
     for key in BREAKDOWN_KEYS:
-        cats: dict[str, list[int]] = {}
+        cats: dict[str, list[GroupOutcome]] = {}
         for o in outcomes:
-            c = cats.setdefault(getattr(o, key), [0, 0])
-            c[0] += 1
-            c[1] += o.accurate
-        result[key] = {k: {"n": n, "correct": ok, "accuracy": _rate(ok, n)} for k, (n, ok) in sorted(cats.items())}
+            cats.setdefault(getattr(o, key), []).append(o)
+        result[key] = {k: {"n": len(os), "correct": sum(o.accurate for o in os),
+                           "accuracy": _rate(sum(o.accurate for o in os), len(os)),
+                           **verdict_errors(verdict_pairs(os))} for k, os in sorted(cats.items())}
     return result
 
 
 @dataclass
-class ScoreRun(PointsFlags, IntervalFlags):
+class ScoreRun(PointsFlags, IntervalFlags, SplitFlags):
     """Everything one `eval/score.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
 
     data: str = option(help="GradingBench-layout folder")
@@ -502,13 +510,16 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
                         run.points_options(), run.interval_options())
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
+    held = resolve_held_out(run.data, run.split, run.build, None)
     loaded = load_level(run.data, run.level, lenient=run.lenient)
+    loaded.records = [r for r in loaded.records if held.keeps(r)]
     if not loaded.records:  # a report of "0 groups" would read as a score
         skipped = f" ({len(loaded.skipped)} skipped as unreadable)" if loaded.skipped else ""
         raise ValueError(f"{annotation_path(run.data, run.level)} holds no records{skipped}: nothing to score; check "
                          f"--data and --level")
     preds = read_predictions(run.predictions, allow_duplicates=run.allow_duplicates)
-    report = score(loaded.records, preds, opts, judge)
+    report = score(loaded.records, preds, opts, judge) | {
+        "held_out": held.record(held.training_records(loaded.records))}
     write_report(report, run.out)
     return report, loaded.skipped + loaded.warnings
 

@@ -95,11 +95,16 @@ class CheckpointRecord:
     coords: str
     budget: PixelBudget
     l2_margin: float = DEFAULT_L2_MARGIN
+    dataset: str | None = None  # the training build (its absolute path): whose held-out pages evaluate it
+
+    def same_making(self, other: CheckpointRecord) -> bool:
+        """Whether prompts and targets were made alike (a record written before builds were recorded has none)."""
+        return (self.coords, self.budget, self.l2_margin) == (other.coords, other.budget, other.l2_margin)
 
 
 def write_checkpoint_record(folder: str | Path, record: CheckpointRecord) -> None:
     data = {"coords": record.coords, "min_pixels": record.budget.min_pixels, "max_pixels": record.budget.max_pixels,
-            "factor": record.budget.factor, "l2_margin": record.l2_margin}
+            "factor": record.budget.factor, "l2_margin": record.l2_margin, "dataset": record.dataset}
     (Path(folder) / CHECKPOINT_RECORD).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
@@ -114,7 +119,10 @@ def read_checkpoint_record(folder: str | Path) -> CheckpointRecord | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         budget = PixelBudget(int(data["min_pixels"]), int(data["max_pixels"]),
                              int(data.get("factor", DEFAULT_FAMILY.patch_factor)))
-        record = CheckpointRecord(data["coords"], budget, float(data.get("l2_margin", DEFAULT_L2_MARGIN)))
+        dataset = data.get("dataset")
+        if dataset is not None and not isinstance(dataset, str):
+            raise TypeError(f"dataset {dataset!r:.60} is not a folder")
+        record = CheckpointRecord(data["coords"], budget, float(data.get("l2_margin", DEFAULT_L2_MARGIN)), dataset)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a gbtrain checkpoint record ({e})") from None
     if record.coords not in CONVENTIONS:
@@ -170,7 +178,7 @@ def _not_this_runs(path: Path, run_record: CheckpointRecord | None, run_id: str 
             recorded = read_checkpoint_record(path)
         except ValueError as e:
             return str(e)
-        if recorded not in (None, run_record):
+        if recorded is not None and not recorded.same_making(run_record):
             return f"its {CHECKPOINT_RECORD} differs from the run's: a checkpoint of another run"
     return checkpoint_problem(path, run_id)
 
@@ -254,7 +262,7 @@ def training_record(run_dir: str | Path, training: dict, checkpoints: list[Check
     if isinstance(dataset, str) and (Path(dataset) / "build_config.yaml").is_file():
         coords, budget = dataset_coords(dataset), dataset_pixel_budget(dataset)
         if coords and budget:
-            return CheckpointRecord(coords, budget, dataset_l2_margin(dataset))
+            return CheckpointRecord(coords, budget, dataset_l2_margin(dataset), str(Path(dataset).resolve()))
     return None
 
 

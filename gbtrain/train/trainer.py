@@ -308,7 +308,8 @@ def train(cfg: TrainConfig) -> dict:
                                         pad_to_multiple_of=(cfg.pack_length_multiple or None) if cfg.packing else None)
                  for split in ("train", "eval")}
     coords = dataset_coords(cfg.dataset)  # the evaluator reads it, so a model trained otherwise is not misread
-    record = CheckpointRecord(coords, budget, dataset_l2_margin(cfg.dataset)) if coords else None
+    record = CheckpointRecord(coords, budget, dataset_l2_margin(cfg.dataset), str(Path(cfg.dataset).resolve())) \
+        if coords else None
     n_llm = llm_parameter_count(model)
     meter = ThroughputMeter((6 if cfg.finetune == "full" else 4) * n_llm,
                             cfg.peak_tflops * 1e12 if torch.cuda.is_available() else 0.0)

@@ -6,7 +6,8 @@ import pytest
 
 from gbtrain.coords import PixelBudget
 from gbtrain.data.build_config import BuildConfig, MixConfig
-from gbtrain.data.sft_dataset import build_sft_dataset, load_sft_dataset, split_of
+from gbtrain.data.sft_dataset import build_sft_dataset, load_sft_dataset
+from gbtrain.data.splits import split_of
 
 # the pixel budget of the session's tiny model (tests/conftest.py)
 TEST_MIN_PIXELS, TEST_MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 256

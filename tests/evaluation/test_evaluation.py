@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
 
+from gbtrain.coords import PixelBudget
+from gbtrain.data.annotations import load_level
 from gbtrain.evaluation.engine import default_budget, default_coords, merge_turns, parse_settings
 from gbtrain.vocabulary import ALL_SETTINGS
 
@@ -121,6 +123,48 @@ def test_hf_backend_and_compare(synth_dir, tiny_model_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     gains = (tmp_path / "gains.md").read_text()
     assert "| L1-af |" in gains and "(+0.0 [+0.0, +0.0], p = 1)" in gains and (tmp_path / "gains.png").exists()
+
+
+def test_a_checkpoint_is_evaluated_on_its_builds_held_out_pages(synth_dir, tiny_model_dir, tmp_path):
+    """The README's evaluation of a fine-tuned checkpoint: its record names its training build, so run_eval scores
+    the build's test pages only; --split all scores every page and says, loudly, how many it trained on; compare
+    refuses a base evaluation of other records."""
+    from gbtrain.data.build_config import BuildConfig
+    from gbtrain.data.held_out import resolve_held_out
+    from gbtrain.data.sft_dataset import build_sft_dataset
+    from gbtrain.train.checkpoints import CheckpointRecord, read_checkpoint_record, write_checkpoint_record
+
+    sft_dir = tmp_path / "sft"  # a build whose test split holds pages (the session's shared build has none)
+    build_sft_dataset(BuildConfig(data=str(synth_dir), out=str(sft_dir), target_count=40, seed=1,
+                                  validation_share=0.2, test_share=0.4,
+                                  vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS), max_length=4096, workers=1),
+                      progress=False)
+
+    model = tmp_path / "ckpt"
+    shutil.copytree(tiny_model_dir, model)
+    write_checkpoint_record(model, CheckpointRecord("qwen25", PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS), 0.02,
+                                                    str(sft_dir.resolve())))
+    assert read_checkpoint_record(model).dataset == str(sft_dir.resolve())
+    test_pages = {r.page_id for r in load_level(synth_dir, "L3").records
+                  if resolve_held_out(synth_dir, "test", str(sft_dir), None).keeps(r)}
+    held = run_eval(model, synth_dir, tmp_path / "held", "--backend", "hf", "--settings", "L3-ab", "--limit", "100")
+    assert held["meta"]["held_out"]["split"] == "test" and held["meta"]["held_out"]["training_records"] == 0
+    assert held["settings"]["L3-ab"]["n_records"] == len(test_pages) > 0
+    assert "Records: the test split of the checkpoint's training build" in (tmp_path / "held" / "report.md").read_text()
+    cmd = [sys.executable, str(ROOT / "eval" / "run_eval.py"), "--model", str(model), "--data", str(synth_dir),
+           "--out", str(tmp_path / "all"), "--backend", "hf", "--settings", "L3-ab", "--split", "all",
+           "--max-tokens", "48", "--max-model-len", "4096"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    every = json.loads((tmp_path / "all" / "report.json").read_text())
+    trained = every["meta"]["held_out"]["training_records"]
+    assert every["settings"]["L3-ab"]["n_records"] == len(load_level(synth_dir, "L3").records) > trained > 0
+    assert f"run_eval: warning: {trained} of the evaluated records are pages the model trained on" in proc.stderr
+    assert "**Warning:" in (tmp_path / "all" / "report.md").read_text()
+    proc = subprocess.run([sys.executable, str(ROOT / "eval" / "compare.py"), str(tmp_path / "all" / "report.json"),
+                           str(tmp_path / "held" / "report.json"), "--out", str(tmp_path / "gains.md")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "records evaluated: {'split': 'all'" in proc.stderr
 
 
 def _free_port() -> int:

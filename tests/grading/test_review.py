@@ -173,8 +173,19 @@ def test_label_studio_round_trip_reports_the_regrade_rate_and_builds(graded, tmp
     assert rep["changes"] == {"verdict": 1, "points": 2, "box": 0, "transcription": 0, "added": 0, "deleted": 0}
     assert rep["points_changes"] == {"count": 2, "mean_abs": 2, "max_abs": 2}
     assert rep["reasons"] == {"sign error": 1, "method earns partial credit": 1}
-    assert rep["by_question_type"]["Fill-in-the-blank"] == {"reviewed": 2, "changed": 1, "regrade_rate": 0.5}
-    assert rep["by_question_type"]["(not given)"] == {"reviewed": 4, "changed": 1, "regrade_rate": 0.25}
+    # item 1 (right, 2 of 2 -> wrong, 0) gave the student marks; item 2 (1 of 4 -> 3 of 4) cost the student 2 points
+    none = {"n": 0, "points": 0}
+    fill = {"verdicts": {"costs_marks": 0, "gives_marks": 0},
+            "points": {"costs_marks": {"n": 1, "points": 2}, "gives_marks": none}}
+    other = {"verdicts": {"costs_marks": 0, "gives_marks": 1},
+             "points": {"costs_marks": none, "gives_marks": {"n": 1, "points": 2}}}
+    assert rep["by_question_type"]["Fill-in-the-blank"] == {"reviewed": 2, "changed": 1, "regrade_rate": 0.5,
+                                                            "errors": fill}
+    assert rep["by_question_type"]["(not given)"] == {"reviewed": 4, "changed": 1, "regrade_rate": 0.25,
+                                                      "errors": other}
+    assert rep["errors"] == {"verdicts": {"costs_marks": 0, "gives_marks": 1},
+                             "points": {"costs_marks": {"n": 1, "points": 2}, "gives_marks": {"n": 1, "points": 2}}}
+    assert "| all | 6 | 2 | 33.3% | 0 / 1 | 2 in 1 / 2 in 1 |" in (out / "review_report.md").read_text(encoding="utf-8")
     assert "**Re-grade rate: 33.3%** (2 of 6 reviewed items" in (out / "review_report.md").read_text(encoding="utf-8")
     assert json.loads((out / "review_report.json").read_text(encoding="utf-8"))["regrade_rate"] == rep["regrade_rate"]
 

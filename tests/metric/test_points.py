@@ -34,6 +34,8 @@ def test_figures_equal_the_hand_computed_ones():
     assert (m["n"], m["mae"], m["normalized_mae"], m["mean_signed_error"], m["max_error"]) == \
         (6, 3.5, 0.35, 0.5, 9.0)
     assert m["large_errors"] == 2  # -8 and +9 are above half their full score; +3 of 10 is not
+    # below the teacher (costs the student marks): -1 and -8; above (gives marks): +3 and +9
+    assert (m["costs_marks"], m["gives_marks"]) == ({"n": 2, "points": 9}, {"n": 2, "points": 12})
     assert (m["exact_points"], m["exact_band"]) == (round(2 / 6, 6), 0.5)
     assert m["confusion_matrix"]["counts"] == [[1, 1, 1], [1, 0, 0], [0, 0, 2]]
     assert m["confusion_matrix"]["bands"] == ["<60%", "60-85%", ">=85%"]
@@ -50,9 +52,11 @@ def test_figures_equal_the_hand_computed_ones():
                                           {"id": ["s3", "f"], "score": '"abc"', "why": NOT_A_NUMBER}]
     by_type = report["by_question_type"]
     assert by_type[FIB] == {"n": 3, "mae": round(4 / 3, 6), "normalized_mae": round(0.4 / 3, 6),
-                            "mean_signed_error": round(2 / 3, 6), "max_error": 3.0, "large_errors": 0}
+                            "mean_signed_error": round(2 / 3, 6), "max_error": 3.0, "large_errors": 0,
+                            "costs_marks": {"n": 1, "points": 1}, "gives_marks": {"n": 1, "points": 3}}
     assert by_type[PS] == {"n": 3, "mae": round(17 / 3, 6), "normalized_mae": round(1.7 / 3, 6),
-                           "mean_signed_error": round(1 / 3, 6), "max_error": 9.0, "large_errors": 2}
+                           "mean_signed_error": round(1 / 3, 6), "max_error": 9.0, "large_errors": 2,
+                           "costs_marks": {"n": 1, "points": 8}, "gives_marks": {"n": 1, "points": 9}}
     assert report["rules"]["large_error"] == "an error above 50% of the full score"
 
 
@@ -175,3 +179,14 @@ def test_bad_teacher_lines_are_one_line_naming_file_and_line(tmp_path, rows, mes
     with pytest.raises(ValueError, match=message):
         agreement_file(run)
     assert not (tmp_path / "r.json").exists()
+
+
+def test_errors_are_split_by_whom_they_hurt():
+    """Hand-computed: a verdict or points below the teacher's cost the student marks; above, they give marks."""
+    from gbtrain.metric.points import points_errors, verdict_errors
+
+    assert verdict_errors([(True, False), (True, False), (False, True), (True, True), (False, False)]) == {
+        "costs_marks": 2, "gives_marks": 1}
+    assert points_errors([(4, 1), (2, 2), (0, 1.5), (3, 2.5)]) == {"costs_marks": {"n": 2, "points": 3.5},
+                                                                  "gives_marks": {"n": 1, "points": 1.5}}
+    assert points_errors([]) == {"costs_marks": {"n": 0, "points": 0}, "gives_marks": {"n": 0, "points": 0}}

@@ -81,6 +81,11 @@ def test_fn_fp_and_string_judgments():
     items = [item((100, 100, 200, 150), correctness="false"), item((100, 400, 300, 460), "7", "8", "true")]
     r = run([page()], {"p1": items})
     assert (r["fn"], r["fp"], r["accuracy"]) == (1, 1, 0)
+    by_type = run([page(marks=[mark((100, 100, 200, 150), "1", question_type="Fill-in-the-blank"),
+                               mark((100, 400, 300, 460), "2", "wrong", "7", "8", question_type="True-False")])],
+                  {"p1": items})["breakdown"]["question_type"]
+    assert {t: (b["costs_marks"], b["gives_marks"]) for t, b in by_type.items()} == {
+        "Fill-in-the-blank": (1, 0), "True-False": (0, 1)}  # the teacher's right judged wrong costs marks
     bad = [item((100, 100, 200, 150), correctness="maybe"), PERFECT[1]]
     g = outcome(run([page()], {"p1": bad}), "1-1")
     assert g["reasoned"] and not g["accurate"] and g["judged"] is None
@@ -188,10 +193,11 @@ def test_breakdown_from_the_data():
              mark((100, 400, 300, 460), "2", question_type="Multiple-choice")]
     r = run([page(marks=marks)], {"p1": [item((100, 100, 200, 150))]})
     b = r["breakdown"]
-    assert b["question_type"] == {"Multiple-choice": {"n": 1, "correct": 0, "accuracy": 0.0},
-                                  "Other": {"n": 1, "correct": 1, "accuracy": 1.0}}
-    assert b["stage"] == {"Elementary": {"n": 1, "correct": 1, "accuracy": 1.0},
-                          "Unknown": {"n": 1, "correct": 0, "accuracy": 0.0}}
+    none = {"costs_marks": 0, "gives_marks": 0}  # the one judged group was judged as the teacher did
+    assert b["question_type"] == {"Multiple-choice": {"n": 1, "correct": 0, "accuracy": 0.0, **none},
+                                  "Other": {"n": 1, "correct": 1, "accuracy": 1.0, **none}}
+    assert b["stage"] == {"Elementary": {"n": 1, "correct": 1, "accuracy": 1.0, **none},
+                          "Unknown": {"n": 1, "correct": 0, "accuracy": 0.0, **none}}
     assert b["subject"]["Mathematics"]["n"] == 2
 
 

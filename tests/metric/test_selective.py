@@ -6,6 +6,7 @@ the real ones)."""
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,14 @@ from gbtrain.grading import grade
 from gbtrain.grading.grade import GradeRun, grade_pages
 from gbtrain.grading.threshold import review_threshold
 from gbtrain.inference.logprobs import Reply
-from gbtrain.metric.selective import SelectiveFlags, choose_threshold, coverage_table
+from gbtrain.metric.selective import (
+    SelectiveFlags,
+    binomial_cdf,
+    calibration,
+    choose_threshold,
+    coverage_table,
+    error_upper_bound,
+)
 from gbtrain.outputs import SELECTIVE_RECORD
 from gbtrain.schema import Box, Mark, Record
 from gbtrain.train.checkpoints import CheckpointRecord, write_checkpoint_record
@@ -72,6 +80,9 @@ def test_a_review_budget_sends_the_least_confident_up_to_it():
     ({"target_accuracy": 95}, "--target-accuracy 95: give a share above 0 and at most 1"),
     ({"target_accuracy": math.nan}, "--target-accuracy nan: give a share"),
     ({"review_budget": 1.0}, r"--review-budget 1.0: give a share from 0 up to \(not including\) 1"),
+    ({"max_error": 0.05, "review_budget": 0.1}, "--review-budget and --max-error: give one"),
+    ({"max_error": 0.0}, "--max-error 0.0: give a share above 0 and below 1"),
+    ({"max_error": 0.05, "delta": 1.5}, "--delta 1.5: give a chance above 0 and below 1"),
 ])
 def test_bad_selective_flags_are_one_line_naming_the_flag(flags, message):
     with pytest.raises(ValueError, match=message):
@@ -246,7 +257,7 @@ def test_a_threshold_that_cannot_apply_is_one_line_naming_the_way_out(tmp_path):
         review_threshold(GradeRun(str(model), str(pages), "o", review_threshold=1.5))
     assert review_threshold(GradeRun(str(model), str(pages), "o")) is None  # nothing recorded: no threshold
     (model / SELECTIVE_RECORD).write_text(json.dumps({"rule": {"target_accuracy": 0.9}, "evaluation": "e",
-                                                      "settings": {"L3-ab": {"threshold": 0.5, "table": None}}}))
+                                                      "settings": {"L3-ab": {"threshold": 0.5, "table": _table()}}}))
     with pytest.raises(ValueError, match=r"no threshold for L3-af \(it has L3-ab\), the setting answer-free pages are "
                                          r"graded in: rerun select_checkpoint with L3-af in --settings"):
         review_threshold(GradeRun(str(model), str(pages), "o"))
@@ -254,3 +265,104 @@ def test_a_threshold_that_cannot_apply_is_one_line_naming_the_way_out(tmp_path):
     with pytest.raises(ValueError, match="not a threshold record of select_checkpoint: delete it"):
         review_threshold(GradeRun(str(model), str(pages), "o"))
     assert selection.SELECTIVE_RECORD == SELECTIVE_RECORD
+
+
+def test_the_binomial_bound_equals_published_values():
+    """Clopper-Pearson one-sided upper bounds at 95%: 0 errors in 10 is 1 - 0.05^(1/10); 1 in 20 is the 0.95
+    quantile of Beta(2, 19), 0.2161 (tables); and P(Binomial(5, 1/2) <= 1) = 6/32."""
+    assert binomial_cdf(1, 5, 0.5) == pytest.approx(6 / 32, rel=1e-12)
+    assert binomial_cdf(3, 40, 0.05) == pytest.approx(sum(math.comb(40, i) * 0.05**i * 0.95**(40 - i)
+                                                          for i in range(4)), rel=1e-12)
+    assert error_upper_bound(0, 10, 0.05) == pytest.approx(1 - 0.05 ** 0.1, abs=1e-6)
+    assert error_upper_bound(1, 20, 0.05) == pytest.approx(0.2161, abs=1e-4)
+    assert error_upper_bound(0, 0, 0.05) == 1.0 and error_upper_bound(5, 5, 0.05) == 1.0
+
+
+def _ranked(errors_by_confidence: list[tuple[float, bool]]) -> dict:
+    return _table(tuple((c, ok) for c, ok in errors_by_confidence))
+
+
+def test_a_certified_threshold_holds_its_bound_and_stops_at_the_first_that_fails():
+    """120 confident right judgments (0.99), then 40 at 0.8 of which 10 wrong, then 40 at 0.6 all right. From the
+    top: 0 errors in 120 certifies 5% at delta 0.05 ((0.95)^120 = 0.002); at 0.8 down, 10 in 160 does not
+    (P(Bin(160, 0.05) <= 10) = 0.79), so the walk stops there, although 10 in 200 at 0.6 would look better."""
+    groups = [(0.99, True)] * 120 + [(0.8, i >= 10) for i in range(40)] + [(0.6, True)] * 40
+    chosen = choose_threshold(_ranked(groups), {"max_error": 0.05, "delta": 0.05})
+    assert (chosen["threshold"], chosen["accepted"], chosen["errors"]) == (0.81, 120, 0)
+    assert chosen["coverage"] == pytest.approx(120 / 200, abs=1e-6) and chosen["review_share"] == pytest.approx(0.4)
+    assert chosen["error_bound"] == pytest.approx(1 - 0.05 ** (1 / 120), abs=1e-6)
+    assert chosen["error_bound"] <= 0.05
+    with pytest.raises(ValueError, match=r"--max-error 0.01 at --delta 0.05: no threshold is certified on these groups "
+                                         r"\(the strictest threshold that grades anything, 0.99, has 0 errors in 120 "
+                                         r"\(bound 0.025\)\): allow a larger error"):
+        choose_threshold(_ranked(groups), {"max_error": 0.01, "delta": 0.05})
+    with pytest.raises(ValueError, match="recorded before certified thresholds"):
+        choose_threshold({"rows": [{"threshold": 0.5, "coverage": 1.0, "accuracy": 1.0}]},
+                         {"max_error": 0.05, "delta": 0.05})
+
+
+def test_certification_fails_at_most_delta_of_the_time_when_the_error_is_exactly_the_bound():
+    """The guarantee, checked by simulation: validation sets whose true error among accepted items is exactly
+    max_error (200 items at one confidence, each wrong with probability 0.1) certify in at most delta of 2,000
+    draws (the exact test is conservative: about 0.04 here)."""
+    import random
+
+    rng = random.Random(0)
+    certified = 0
+    for _ in range(2000):
+        groups = [(0.9, rng.random() >= 0.1) for _ in range(200)]
+        try:
+            choose_threshold(_ranked(groups), {"max_error": 0.1, "delta": 0.05})
+            certified += 1
+        except ValueError:
+            pass
+    assert certified / 2000 <= 0.05
+
+
+def test_calibration_is_the_ece_of_the_confidence_bins():
+    """Bins [0.9, 1.0]: confidences 0.95, 0.95 with one right: |0.5 - 0.95|; [0.6, 0.7): 0.65 right: |1 - 0.65|.
+    ECE = 2/3 x 0.45 + 1/3 x 0.35 = 0.41667; an unmatched group counts in no bin."""
+    outcomes = [SimpleNamespace(localized=True, accurate=ok, confidence=c) for c, ok in
+                ((0.95, True), (0.95, False), (0.65, True))]
+    outcomes.append(SimpleNamespace(localized=False, accurate=False, confidence=None))
+    cal = calibration(outcomes)
+    assert cal["ece"] == pytest.approx(2 / 3 * 0.45 + 1 / 3 * 0.35, abs=1e-6)
+    bins = {b["low"]: b for b in cal["bins"] if b["n"]}
+    assert bins[0.9] == {"low": 0.9, "high": 1.0, "n": 2, "confidence": 0.95, "accuracy": 0.5}
+    assert calibration([SimpleNamespace(localized=True, accurate=True, confidence=1.0)])["bins"][-1]["n"] == 1
+    assert calibration(outcomes[3:])["ece"] is None
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ({"threshold": float("nan")}, "threshold nan is not a share from 0 to 1"),
+    ({"threshold": -1}, "threshold -1 is not a share from 0 to 1"),
+    ({"threshold": 5}, "threshold 5 is not a share from 0 to 1"),
+    ({"threshold": "0.5"}, "threshold '0.5' is not a share from 0 to 1"),
+    ({"threshold": True}, "threshold True is not a share from 0 to 1"),
+    ({"threshold": 0.5, "table": None}, "its coverage-accuracy table is missing or damaged"),
+    ({"threshold": 0.5, "table": {"rows": [{"threshold": 2, "coverage": 1}]}},
+     "its coverage-accuracy table is missing or damaged"),
+    ({"threshold": None, "problem": None}, "no threshold, and no problem saying why"),
+])
+def test_a_threshold_record_is_checked_when_read(tmp_path, entry, problem):
+    """A selective_threshold.json edited by hand (NaN, -1, 5, text) must not send every item, or none, to review."""
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    good = {"threshold": 0.5, "coverage": 0.5, "accuracy": 1.0, "review_share": 0.5, "table": _table()}
+    (model / SELECTIVE_RECORD).write_text(json.dumps(
+        {"rule": {"target_accuracy": 0.9}, "evaluation": "e", "settings": {"L3-af": good | entry}}))
+    with pytest.raises(ValueError, match=rf"selective_threshold\.json: L3-af: {re.escape(problem)}: delete the file"):
+        review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
+
+
+def test_grade_pages_chooses_a_certified_threshold_from_the_recorded_table(tmp_path):
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    groups = [(0.99, True)] * 120 + [(0.8, i >= 10) for i in range(40)]
+    table = _ranked(groups)
+    (model / SELECTIVE_RECORD).write_text(json.dumps(
+        {"rule": {"target_accuracy": 0.9}, "evaluation": "e", "settings": {"L3-af": {
+            "threshold": 0.0, "coverage": 1.0, "accuracy": 0.9375, "review_share": 0.0, "table": table}}}))
+    chosen = review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o", max_error=0.05))
+    assert (chosen["threshold"], chosen["rule"]) == (0.81, {"max_error": 0.05, "delta": 0.05})
+    assert chosen["error_bound"] <= 0.05

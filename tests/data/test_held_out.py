@@ -1,0 +1,90 @@
+"""Which records an evaluation scores (gbtrain.data.held_out, gbtrain.data.splits): the held-out pages of the model's
+training build by default, every record of a folder the build never saw, and a refusal of a split that cannot hold."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gbtrain.data.annotations import load_level
+from gbtrain.data.held_out import resolve_held_out
+from gbtrain.data.sft_dataset import finished_build, load_sft_dataset
+from gbtrain.data.splits import SplitRule, split_of
+from gbtrain.schema import Record
+
+
+def test_auto_is_the_test_split_of_the_build_made_from_data(sft_dir, synth_dir):
+    held = resolve_held_out(synth_dir, "auto", None, str(sft_dir))
+    assert (held.split, held.build, held.data_is_source) == ("test", str(sft_dir.resolve()), True)
+    records = load_level(synth_dir, "L3").records
+    kept = {r.page_id for r in records if held.keeps(r)}
+    built = load_sft_dataset(sft_dir)
+    assert kept == set(built["test"]["page_id"])  # the builder's own test pages, and no other
+    assert not kept & set(built["train"]["page_id"]) and held.training_records(records) == 0
+    validation = resolve_held_out(synth_dir, "validation", None, str(sft_dir))
+    assert {r.page_id for r in records if validation.keeps(r)} == set(built["validation"]["page_id"]) != set()
+    assert "the test split of the checkpoint's training build" in held.why
+
+
+def test_every_record_of_its_source_counts_its_training_pages(sft_dir, synth_dir):
+    held = resolve_held_out(synth_dir, "all", str(sft_dir), None)
+    records = load_level(synth_dir, "L3").records
+    trained = {p for p in load_sft_dataset(sft_dir)["train"]["page_id"]}
+    assert held.training_records(records) == sum(r.page_id in trained for r in records) > 0
+    assert "TRAINING PAGES INCLUDED" in held.why
+
+
+def test_a_folder_the_build_never_saw_is_evaluated_whole(sft_dir, synth_dir, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(synth_dir, other)
+    held = resolve_held_out(other, "auto", None, str(sft_dir))
+    assert held.split == "all" and not held.data_is_source and "none of its pages were trained on" in held.why
+    with pytest.raises(ValueError, match=r"--split test: --data \S+ is not the folder --build \S+ was made from"):
+        resolve_held_out(other, "test", str(sft_dir), None)
+
+
+def test_no_build_known(synth_dir, tmp_path):
+    assert resolve_held_out(synth_dir, "auto", None, None).split == "all"
+    gone = resolve_held_out(synth_dir, "auto", None, str(tmp_path / "moved"))
+    assert gone.split == "all" and "is gone" in gone.why
+    with pytest.raises(ValueError, match=r"--split test: no training build is known \(a base model"):
+        resolve_held_out(synth_dir, "test", None, None)
+    with pytest.raises(FileNotFoundError, match="dataset folder not found"):
+        resolve_held_out(synth_dir, "auto", str(tmp_path / "moved"), None)  # a --build the user named must exist
+
+
+def test_a_group_keeps_a_students_pages_in_one_split():
+    rule = SplitRule(seed=0, validation_share=0.3, test_share=0.3, group=r"^(student\d+)/")
+    pages = [Record(f"s{s}p{p}", "L3", "Mathematics", f"student{s}/page{p}.jpg", 10, 10, []) for s in range(20)
+             for p in range(4)]
+    by_student: dict[str, set[str]] = {}
+    for r in pages:
+        by_student.setdefault(r.image.split("/")[0], set()).add(rule.split(r))
+    assert all(len(splits) == 1 for splits in by_student.values())
+    assert {s for splits in by_student.values() for s in splits} == {"train", "validation", "test"}
+    with pytest.raises(ValueError, match=r"record x: its image 'loose\.jpg' does not match split_group"):
+        rule.split(Record("x", "L3", "Mathematics", "loose.jpg", 10, 10, []))
+
+
+def test_the_builder_splits_by_group(synth_dir, tmp_path):
+    """split_group in the build config: the builder puts every page of a group (here: a subject folder) in one split,
+    the rule's."""
+    from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
+
+    from gbtrain.coords import PixelBudget
+    from gbtrain.data.build_config import BuildConfig
+    from gbtrain.data.sft_dataset import build_sft_dataset
+
+    out = tmp_path / "sft"
+    cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=40, seed=1, validation_share=0.3,
+                      test_share=0.3, vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS), max_length=4096,
+                      split_group=r"^([^/]+)/", workers=1)
+    build_sft_dataset(cfg, progress=False)
+    rule = SplitRule.of(finished_build(out))
+    assert rule.group == r"^([^/]+)/"
+    built = load_sft_dataset(out)
+    subjects = {r.page_id: r.image.split("/")[0] for r in load_level(synth_dir, "L3").records}
+    for split, rows in built.items():
+        assert {split_of(subjects[p], rule.seed, rule.validation_share, rule.test_share) for p in rows["page_id"]} \
+            <= {split}
