@@ -31,6 +31,7 @@ from gbtrain.schema import (
     QUESTION_TYPE_ALIASES,
     QUESTION_TYPES,
     STAGE_ALIASES,
+    UNANSWERED,
     UNKNOWN,
     Group,
     Mark,
@@ -283,6 +284,15 @@ def _points(value, key: str) -> float | None:
     if not finite:
         raise ValueError(f"{key} must be a finite number of points, got {value!s:.60}")
     return value
+
+
+def blank_answer_problem(hand: str | None, label: str) -> str | None:
+    """What is wrong with an answer mark's transcription, or None: an answer with no transcription must have the
+    verdict unanswered (a blank answer). The one rule: the converters and the review import both apply it; each
+    names where the transcription was before the rule."""
+    if (hand is None or not hand.strip()) and label != UNANSWERED:
+        return "an answer left blank has the verdict unanswered"
+    return None
 
 
 def points_problem(full: float | None, score: float | None, second: float | None) -> str | None:

@@ -52,7 +52,7 @@ WRITTEN = ("images", "annotations", "manifest")  # what an import replaces in it
 # (https://labelstud.io/guide/storage.html#Local-storage): with the graded folder as that root, this names the images
 DEFAULT_IMAGE_URL = f"/data/local-files/?d={REVIEW}/{IMAGES}/"
 REGION_PREFIX = "item-"  # a prediction's region id: item-<n>, n the item's number on its page (as in grades.csv)
-CHANGES = ("verdict", "points", "box", "transcription", "added", "deleted")
+CHANGES = ("verdict", "points", "box", "transcription", "question_id", "added", "deleted")
 YES, NO = ("yes", "y", "true", "1", "x"), ("no", "n", "false", "0")
 NO_TYPE = "(not given)"
 # page images the review writes with their own suffix (and bytes, when upright); any other page (a PDF's, a .webp or
@@ -175,6 +175,8 @@ class Graded:
     question_id: str | None
     question_type: str | None
     reference: str | None = None
+    score_2: float | None = None  # a second teacher's points
+    arbitration: str | None = None  # how the two teachers' scores were settled
 
 
 @dataclass
@@ -203,3 +205,4 @@ class Review:
     not_shown: int = 0  # items without a box: a Label Studio task cannot show them
     pages: dict[str, GradedPage] = field(default_factory=dict)  # reviewed whole: written as annotations
     unreviewed_pages: int = 0
+    foreign_tasks: int = 0  # Label Studio tasks the export did not make (a storage sync's), not annotated: skipped

@@ -4,13 +4,14 @@ GRADED/review/ for teachers to correct (eval/review.py export)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
 from urllib.parse import quote
 from xml.sax.saxutils import quoteattr
 
-from gbtrain.files import write_atomic
+from gbtrain.files import read_json, write_atomic
 from gbtrain.grading.review import (
     CONFIG,
     IMAGES,
@@ -34,9 +35,10 @@ from gbtrain.schema import (
 from gbtrain.text import csv_cell
 
 SHEET_COLUMNS = ("page", "item", "question_id", "question_type", "x1", "y1", "x2", "y2", "text", "answer",
-                 "model_correctness", "model_score", "full_score", "reviewed", "correctness", "score", "reason",
-                 "review_id")
-TEACHER_COLUMNS = ("reviewed", "correctness", "score", "reason")
+                 "model_correctness", "model_score", "full_score", "reviewed", "correctness", "score", "score_2",
+                 "arbitration", "reason", "review_id")
+# the columns a teacher fills (the model's are edited in place: question_id, question_type, x1..y2, text)
+TEACHER_COLUMNS = ("reviewed", "correctness", "score", "score_2", "arbitration", "reason")
 
 
 def sheet_rows(pages: list[GradedPage]) -> list[dict]:
@@ -60,7 +62,7 @@ def labeling_config() -> str:
     gbtrain.data.converters with configs/convert/review.yaml, its export is also an ordinary conversion source."""
     labels = "\n".join(f"    <Label value={quoteattr(v)} background={quoteattr(c)}/>" for v, c in zip(
         VERDICTS, ("#2a9d8f", "#e63946", "#f4a261", "#8d99ae", "#6c757d"), strict=True))
-    types = "\n".join(f"    <Choice value={quoteattr(t)}/>" for t in QUESTION_TYPES)
+    types = "\n".join(f"      <Choice value={quoteattr(t)}/>" for t in QUESTION_TYPES)
     region = 'toName="image" perRegion="true"'
     return f"""<View>
   <Header value="$page"/>
@@ -68,15 +70,26 @@ def labeling_config() -> str:
   <RectangleLabels name="verdict" toName="image">
 {labels}
   </RectangleLabels>
-  <TextArea name="qid" {region} editable="true" maxSubmissions="1" placeholder="question id"/>
-  <TextArea name="hand" {region} editable="true" maxSubmissions="1" placeholder="transcription"/>
-  <TextArea name="std" {region} editable="true" maxSubmissions="1" placeholder="reference answer"/>
-  <Number name="score" {region} min="0" step="0.5"/>
-  <Number name="full_score" {region} min="0" step="0.5"/>
-  <Choices name="type" {region}>
+  <View visibleWhen="region-selected">
+    <Header value="Question id"/>
+    <TextArea name="qid" {region} editable="true" maxSubmissions="1" placeholder="question id"/>
+    <Header value="Transcription (what the student wrote)"/>
+    <TextArea name="hand" {region} editable="true" maxSubmissions="1" placeholder="transcription"/>
+    <Header value="Reference answer"/>
+    <TextArea name="std" {region} editable="true" maxSubmissions="1" placeholder="reference answer"/>
+    <Header value="Score: the points this answer earns"/>
+    <Number name="score" {region} min="0" step="0.5"/>
+    <Header value="Full score: the question's points (from the answer key)"/>
+    <Number name="full_score" {region} min="0" step="0.5"/>
+    <Header value="Question type"/>
+    <Choices name="type" {region}>
 {types}
-  </Choices>
-  <TextArea name="reason" {region} editable="true" maxSubmissions="1" placeholder="why you changed it"/>
+    </Choices>
+    <Header value="Why you changed it"/>
+    <TextArea name="reason" {region} editable="true" maxSubmissions="1" placeholder="why you changed it"/>
+    <Header value="Arbitration: how two teachers' scores were settled"/>
+    <TextArea name="arbitration" {region} editable="true" maxSubmissions="1" placeholder="arbitration"/>
+  </View>
 </View>
 """
 
@@ -106,13 +119,34 @@ def _results(page: GradedPage, item: dict) -> list[dict]:
     return results
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_sheet_untouched(folder: Path) -> None:
+    """Refuse to export over a review.csv that differs from the one the last export wrote (its hash in
+    REVIEW_RECORD): it holds a teacher's corrections, which a new blank sheet would lose."""
+    sheet = folder / SHEET
+    if not sheet.is_file():
+        return
+    try:
+        recorded = read_json(folder / REVIEW_RECORD).get("sheet_sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded != _sha256(sheet):
+        raise ValueError(f"{sheet} was edited since it was exported (a teacher's corrections, which a new sheet would "
+                         f"lose): import it first (eval/review.py import --reviewed {sheet}), then move it out of "
+                         f"{folder} to export again")
+
+
 def export_review(run: ReviewRun) -> dict:
     """Write OUT/review/ of the graded folder (the module's docstring); returns counts for the command's line."""
     graded = Path(run.graded)
     record, pages = read_graded(graded)
     folder = graded / REVIEW
-    claim_output_folder(folder, {"tool": "review_export", "graded": str(graded.resolve())}, overwrite=True,
-                        work=(IMAGES,), record=REVIEW_RECORD, discard=True)
+    check_sheet_untouched(folder)
+    identity = {"tool": "review_export", "graded": str(graded.resolve())}
+    claim_output_folder(folder, identity, overwrite=True, work=(IMAGES,), record=REVIEW_RECORD, discard=True)
     for page in pages:
         path = folder / IMAGES / page.image
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +157,9 @@ def export_review(run: ReviewRun) -> dict:
     w.writeheader()
     w.writerows({k: csv_cell(table_value(row.get(k))) for k in SHEET_COLUMNS} for row in rows)
     write_atomic(folder / SHEET, buf.getvalue())
+    # the sheet's hash as written: a rerun knows a sheet a teacher has since filled, and keeps it
+    write_atomic(folder / REVIEW_RECORD, json.dumps(identity | {"sheet_sha256": _sha256(folder / SHEET)}, indent=1)
+                 + "\n")
     model = Path(record["model"]).name or record["model"]
     tasks = [{"data": {"image": run.image_url + quote(page.image), "page": page.name, "review_id": page.review_id},
               "predictions": [{"model_version": model, "result": [r for it in page.shown for r in _results(page, it)]}]}

@@ -10,11 +10,18 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from gbtrain.data.annotations import load_level, points_problem, write_level, write_manifest
-from gbtrain.data.converters.labelstudio import read_task, submitted
+from gbtrain.data.annotations import (
+    BOX_TOLERANCE_FRACTION,
+    blank_answer_problem,
+    load_level,
+    points_problem,
+    write_level,
+    write_manifest,
+)
+from gbtrain.data.converters.labelstudio import chosen_annotation, read_task, read_tasks, submitted
 from gbtrain.data.converters.sources import rectangle
 from gbtrain.data.pages import PageOutput, write_page
-from gbtrain.files import read_json, write_atomic
+from gbtrain.files import write_atomic
 from gbtrain.grading.review import (
     CONFIG,
     IMAGES,
@@ -22,6 +29,7 @@ from gbtrain.grading.review import (
     REGION_PREFIX,
     REPORT,
     REVIEW,
+    TASKS,
     WRITTEN,
     YES,
     Graded,
@@ -44,7 +52,7 @@ from gbtrain.schema import (
     Mark,
     Record,
 )
-from gbtrain.text import safe_name
+from gbtrain.text import csv_cell, safe_name
 from gbtrain.values import points_from_text, verdict_of
 from gbtrain.vocabulary import L3
 
@@ -100,9 +108,89 @@ def _sheet_dialect(text: str, path: Path) -> str:
                      f"Label Studio JSON export")
 
 
+BOX_COLUMNS = ("x1", "y1", "x2", "y2")
+
+
+def _cell_text(value: str | None) -> str:
+    """A text cell as the teacher left it: the `'` the export put before a formula-like text taken off again."""
+    text = value or ""
+    return text[1:] if text[:1] == "'" and csv_cell(text[1:]) == text else text
+
+
+def sheet_box(row: dict, page: GradedPage, where: str) -> list[float] | None:
+    """The box columns: four numbers in page pixels (a box slightly past the page edge clipped to it), or none
+    when all four are empty; anything else names the row."""
+    cells = [(row.get(c) or "").strip() for c in BOX_COLUMNS]
+    if not any(cells):
+        return None
+    if not all(cells):
+        raise ValueError(f"{where}: give all four of x1, y1, x2, y2 (in page pixels), or none")
+    box = [_number(c, where, name) for c, name in zip(cells, BOX_COLUMNS, strict=True)]
+    width, height = page.record["width"], page.record["height"]
+    slack = BOX_TOLERANCE_FRACTION * max(width, height)
+    if not (box[0] < box[2] and box[1] < box[3] and -slack <= box[0] and -slack <= box[1]
+            and box[2] <= width + slack and box[3] <= height + slack):
+        raise ValueError(f"{where}: box {box} is not a box on the {width}x{height} page (x1 < x2, y1 < y2, in page "
+                         f"pixels): correct it, or restore the exported one")
+    return [min(max(box[0], 0), width), min(max(box[1], 0), height), min(max(box[2], 0), width),
+            min(max(box[3], 0), height)]
+
+
+def sheet_edits(row: dict, item: dict, page: GradedPage, where: str) -> list[str]:
+    """Which of the model's columns the teacher changed in place: question_id, text, the box, the full score."""
+    changed = []
+    if _number(row.get("full_score"), where, "full_score") != item.get("full_score"):
+        changed.append("full_score")
+    if (row.get("question_id") or "").strip() != (item["question_id"] or ""):
+        changed.append("question_id")
+    if _cell_text(row.get("text")) != item["text"]:
+        changed.append("text")
+    box = sheet_box(row, page, where)
+    if (box is None) != (item["box"] is None) or (box is not None and any(
+            abs(a - b) > 0.05 for a, b in zip(box, item["box"], strict=True))):
+        changed.append("box")
+    return changed
+
+
+def key_full_score(item: dict, full: float | None, where: str) -> None:
+    """A teacher may give a full score where the answer key gave none, never change the key's: the key decides a
+    question's points, for every student."""
+    key_full = item.get("full_score")
+    if key_full is not None and full != key_full:
+        raise ValueError(f"{where}: full_score {full} is not the answer key's {key_full:g}: the key decides a "
+                         f"question's points (change the key and grade again), so leave it as exported")
+
+
+def sheet_grade(row: dict, item: dict, page: GradedPage, where: str) -> Graded:
+    """The item as the teacher left it in the sheet: their verdict and points (the model's where empty), the
+    question id, transcription and box as edited, a second teacher's points and the arbitration note. The full
+    score is the answer key's: a sheet that changes it is refused (a teacher may give one where the key had none)."""
+    full = _number(row.get("full_score"), where, "full_score")
+    key_full_score(item, full, where)
+    score = _number(row.get("score"), where, "score")
+    verdict = _verdict(row["correctness"], where) if (row.get("correctness") or "").strip() else model_verdict(item)
+    box = item["box"] if "box" not in sheet_edits(row, item, page, where) else sheet_box(row, page, where)
+    teacher = Graded(box, verdict, model_points(item) if score is None else score, full, _cell_text(row.get("text")),
+                     (row.get("question_id") or "").strip() or None,
+                     _question_type(row.get("question_type"), where) or item.get("question_type"),
+                     item.get("reference"), _number(row.get("score_2"), where, "score_2"),
+                     (row.get("arbitration") or "").strip() or None)
+    blank = blank_answer_problem(teacher.text, teacher.verdict) if teacher.box is not None else None
+    if blank:
+        raise ValueError(f"{where}: no transcription; {blank}: write what the student wrote under text, or set "
+                         f"correctness to unanswered")
+    if teacher.score_2 is not None and teacher.score is None:
+        raise ValueError(f"{where}: score_2 (a second teacher's points) without score: fill score too")
+    problem = points_problem(full, teacher.score, teacher.score_2) if teacher.score is not None else None
+    if problem:
+        raise ValueError(f"{where}: {problem} (the full_score column)")
+    return teacher
+
+
 def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
-    """The reviewed sheet: a row is reviewed when its `reviewed` column says yes or a teacher's column is filled; an
-    empty correctness or score keeps the model's. A page is reviewed whole when each of its items is."""
+    """The reviewed sheet: a row is reviewed when its `reviewed` column says yes, a teacher's column is filled or a
+    model's column (question_id, text, box) was edited; `reviewed` saying no beside a correction is an error naming
+    the row. An empty correctness or score keeps the model's. A page is reviewed whole when each of its items is."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
@@ -128,21 +216,16 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         said = (row.get("reviewed") or "").strip().lower()
         if said and said not in YES + NO:
             raise ValueError(f"{where}: reviewed {said!r:.20} is neither yes nor no: write yes, or leave it empty")
-        filled = any((row.get(c) or "").strip() for c in ("correctness", "score", "reason"))
-        if said in NO or not (said in YES or filled):
+        corrected = [c for c in TEACHER_COLUMNS[1:] if (row.get(c) or "").strip()] + sheet_edits(row, item, page,
+                                                                                                where)
+        if said in NO and corrected:
+            raise ValueError(f"{where}: reviewed says {said!r:.10} but the row holds a correction "
+                             f"({', '.join(corrected)}): write yes to keep it, or clear it")
+        if said in NO or not (said in YES or corrected):
             review.unreviewed += 1
             continue
         done[page.review_id] += 1
-        full = _number(row.get("full_score"), where, "full_score")
-        score = _number(row.get("score"), where, "score")
-        verdict = _verdict(row["correctness"], where) if (row.get("correctness") or "").strip() else \
-            model_verdict(item)
-        teacher = Graded(item["box"], verdict, model_points(item) if score is None else score, full, item["text"],
-                         item["question_id"], _question_type(row.get("question_type"), where) or
-                         item.get("question_type"), item.get("reference"))
-        problem = points_problem(full, teacher.score, None) if teacher.score is not None else None
-        if problem:
-            raise ValueError(f"{where}: {problem} (the full_score column)")
+        teacher = sheet_grade(row, item, page, where)
         review.items.append(Reviewed(page.name, item, teacher, (row.get("reason") or "").strip() or None))
     review.unreviewed += sum(len(p.record["items"]) for p in pages) - len(seen)
     review.pages = {p.name: p for p in pages if p.record["items"] and done[p.review_id] == len(p.record["items"])}
@@ -155,19 +238,18 @@ def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou:
     cancelled) is unreviewed; in a reviewed one each region is matched to the model's item by its region id (the
     prediction's region, kept), else by the best box IoU of at least box_iou; a region left over was added, an item
     left over was deleted."""
-    try:
-        doc = read_json(path)
-    except ValueError as e:
-        raise ValueError(f"--reviewed {path}: not a JSON file ({str(e)[:200]})") from None
-    tasks = [doc] if isinstance(doc, dict) and "data" in doc else doc
-    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
-        raise ValueError(f"--reviewed {path}: not a Label Studio JSON export (a list of tasks): export the project "
-                         f"with Label Studio's \"JSON\" format")
     review = Review("labelstudio")
     seen: dict[str, str] = {}
-    for i, task in enumerate(tasks):
+    for i, task in enumerate(read_tasks(path)):
         where = f"{path} task {task.get('id', f'#{i}')}"
         data = task.get("data") if isinstance(task.get("data"), dict) else {}
+        if "review_id" not in data:  # a task Label Studio made itself (a storage sync adds one per image file)
+            if submitted(task):
+                raise ValueError(f"{where}: an annotated task that eval/review.py export did not make (no review_id "
+                                 f"in its data; a storage sync adds one per image): annotate the exported tasks "
+                                 f"(import {REVIEW}/{TASKS} into the project), not the synced images")
+            review.foreign_tasks += 1
+            continue
         page = _by_id(pages, graded, where, data.get("review_id"))
         if page.review_id in seen:
             raise ValueError(f"{where}: page {page.name} is task {seen[page.review_id]} too: export one project, "
@@ -186,8 +268,10 @@ def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou:
 
 
 def _regions(path: Path, task: dict, index: int, page: GradedPage) -> list[tuple[str | None, Graded, str | None]]:
-    """The regions of a task's submitted annotation as (region id, the teacher's item, reason)."""
+    """The regions of a task's submitted annotation as (region id, the teacher's item, reason); a second teacher's
+    annotation of the task gives score_2 of the regions both have (chosen_annotation's teacher is the first)."""
     source = read_task(path, task, index, "image")
+    second = second_scores(path, task, index)
     regions = []
     for item in source.items:
         where = f"{path} {item.where}"
@@ -205,11 +289,45 @@ def _regions(path: Path, task: dict, index: int, page: GradedPage) -> list[tuple
         if problem:
             raise ValueError(f"{where}: {problem}: set it in Label Studio and export again")
         text = a.get("hand", "")
+        blank = blank_answer_problem(text, verdict) if box.area > 0 else None
+        if blank:
+            raise ValueError(f"{where}: no transcription; {blank}: write the transcription, or label the box "
+                             f"unanswered, in Label Studio and export again")
+        score_2 = second.pop(item.region_id, None)
+        if score_2 is not None and score is None:
+            raise ValueError(f"{where}: the second teacher gave {score_2:g} points where the first gave none: give "
+                             f"the first teacher's score too, in Label Studio, and export again")
+        problem = points_problem(full, score, score_2) if score_2 is not None else None
+        if problem:
+            raise ValueError(f"{where}: {problem} (the second teacher's score)")
         graded = Graded([round(v, 1) for v in box.as_list()] if box.area > 0 else None, verdict, score, full, text,
                         (a.get("qid") or "").strip() or None, _question_type(a.get("type"), where),
-                        (a.get("std") or "").strip() or None)
+                        (a.get("std") or "").strip() or None, score_2, (a.get("arbitration") or "").strip() or None)
         regions.append((item.region_id, graded, (a.get("reason") or "").strip() or None))
+    if second:
+        raise ValueError(f"{path} task {task.get('id', f'#{index}')}: the second teacher scored region(s) "
+                         f"{', '.join(sorted(second))[:80]} that the first teacher's annotation does not have: score "
+                         f"the same regions (both start from the model's predictions)")
     return regions
+
+
+def second_scores(path: Path, task: dict, index: int) -> dict[str, float]:
+    """A second teacher's points by region id: those of the task's other submitted annotation (none: {}); a third
+    is refused, as the annotations keep two teachers (score, score_2) and how they were settled (arbitration)."""
+    first = chosen_annotation(task)
+    others = [a for a in submitted(task) if a is not first]
+    where = f"{path} task {task.get('id', f'#{index}')}"
+    if len(others) > 1:
+        raise ValueError(f"{where}: {len(others) + 1} submitted annotations: the review keeps two teachers (score and "
+                         f"score_2, settled in arbitration): cancel the others in Label Studio and export again")
+    if not others:
+        return {}
+    scores = {}
+    for item in read_task(path, task, index, "image", others[0]).items:
+        value = _number(item.attributes.get("score"), f"{path} {item.where} (the second teacher's)", "score")
+        if value is not None and item.region_id is not None:
+            scores[item.region_id] = value
+    return scores
 
 
 def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | None]], box_iou: float) -> list[Reviewed]:
@@ -231,6 +349,9 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
             pairs.append(Reviewed(page.name, items.pop(rid), left[k][0], left[k][1]))
     pairs += [Reviewed(page.name, None, t, reason) for k, (t, reason) in enumerate(left) if k not in taken]
     pairs += [Reviewed(page.name, m, None) for m in items.values()]
+    for r in pairs:
+        if r.model is not None and r.teacher is not None:
+            key_full_score(r.model, r.teacher.full_score, f"page {page.name}, item {r.model['index'] + 1}")
     return pairs
 
 
@@ -247,7 +368,8 @@ def page_marks(items: list[Reviewed]) -> list[Mark]:
         base = t.question_id or (f"item{r.model['index'] + 1}" if r.model else f"added{added}")
         used[base] += 1
         mark_id = base if used[base] == 1 else f"{base}-{used[base]}"
-        points = {"full_score": t.full_score, "score": t.score} if None not in (t.score, t.full_score) else {}
+        points = {"full_score": t.full_score, "score": t.score, "score_2": t.score_2,
+                  "arbitration": t.arbitration} if None not in (t.score, t.full_score) else {}
         marks.append(Mark(points=rectangle(*t.box), label=t.verdict, raw_label=t.verdict, mark_id=mark_id,
                           hand=t.text, std=t.reference, question_type=t.question_type or "Other",
                           rubric=(r.model or {}).get("rubric") if points else None, **points))

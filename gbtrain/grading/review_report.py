@@ -32,6 +32,8 @@ def changes(r: Reviewed, box_iou: float) -> list[str]:
         kinds.append("box")
     if " ".join(t.text.split()) != " ".join(m["text"].split()):
         kinds.append("transcription")
+    if (t.question_id or None) != (m.get("question_id") or None):
+        kinds.append("question_id")
     return kinds
 
 
@@ -64,7 +66,7 @@ def report(review: Review, graded: Path, reviewed_file: Path, box_iou: float) ->
     return {
         "graded": str(graded), "reviewed_file": str(reviewed_file), "source": review.source, "box_iou": box_iou,
         "reviewed": len(review.items), "changed": len(changed), "regrade_rate": _rate(len(changed), len(review.items)),
-        "unreviewed": review.unreviewed, "not_shown": review.not_shown,
+        "unreviewed": review.unreviewed, "not_shown": review.not_shown, "foreign_tasks": review.foreign_tasks,
         "pages": {"reviewed": len(review.pages), "unreviewed": review.unreviewed_pages},
         "changes": {kind: sum(kind in r.changes for r in changed) for kind in CHANGES},
         "errors": direction(review.items),
@@ -106,7 +108,9 @@ def report_markdown(rep: dict) -> str:
              f"({rep['source']}).", "",
              f"**Re-grade rate: {pct(rep['regrade_rate'])}** ({rep['changed']} of {rep['reviewed']} reviewed items "
              f"changed by the teacher; {rep['unreviewed']} items not reviewed and not counted"
-             + (f"; {rep['not_shown']} items without a box not shown" if rep["not_shown"] else "") + ").", "",
+             + (f"; {rep['not_shown']} items without a box not shown" if rep["not_shown"] else "") + ")."
+             + (f" {rep['foreign_tasks']} tasks the export did not make (a storage sync's, not annotated) were "
+                f"skipped." if rep.get("foreign_tasks") else ""), "",
              "Verdicts and points the teachers corrected, by whom the model's error hurt: *costs* marks a student "
              "earned (the teacher's right judged wrong, points below the teacher's), *gives* marks the teacher did "
              "not.", "",

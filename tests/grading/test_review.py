@@ -170,7 +170,8 @@ def test_label_studio_round_trip_reports_the_regrade_rate_and_builds(graded, tmp
     rep = _import(graded, reviewed, out)
     assert rep["reviewed"] == 6 and rep["changed"] == 2 and rep["regrade_rate"] == pytest.approx(2 / 6)
     assert rep["unreviewed"] == 3 and rep["pages"] == {"reviewed": 2, "unreviewed": 1}
-    assert rep["changes"] == {"verdict": 1, "points": 2, "box": 0, "transcription": 0, "added": 0, "deleted": 0}
+    assert rep["changes"] == {"verdict": 1, "points": 2, "box": 0, "transcription": 0, "question_id": 0, "added": 0,
+                              "deleted": 0}
     assert rep["points_changes"] == {"count": 2, "mean_abs": 2, "max_abs": 2}
     assert rep["reasons"] == {"sign error": 1, "method earns partial credit": 1}
     # item 1 (right, 2 of 2 -> wrong, 0) gave the student marks; item 2 (1 of 4 -> 3 of 4) cost the student 2 points
@@ -249,7 +250,8 @@ def test_moved_added_deleted_regions_and_cancelled_tasks(graded, tmp_path):
     reviewed = tmp_path / "export.json"
     reviewed.write_text(json.dumps(exported), encoding="utf-8")
     rep = _import(graded, reviewed, tmp_path / "imported")
-    assert rep["changes"] == {"verdict": 0, "points": 0, "box": 1, "transcription": 0, "added": 1, "deleted": 1}
+    assert rep["changes"] == {"verdict": 0, "points": 0, "box": 1, "transcription": 0, "question_id": 0, "added": 1,
+                              "deleted": 1}
     assert rep["reviewed"] == 7 and rep["changed"] == 3 and rep["unreviewed"] == 3
     added = next(c for c in rep["changed_items"] if c["changes"] == ["added"])
     assert added["item"] is None and added["teacher"]["box"][1] == pytest.approx(0.9 * 560, abs=1)
@@ -302,6 +304,132 @@ def test_csv_round_trip(graded, tmp_path):
             w.writerows(changed)
         with pytest.raises(ValueError, match=message):
             _import(graded, reviewed, out)
+
+
+def test_label_studio_second_teacher_storage_sync_and_other_formats(graded, tmp_path):
+    """A task two teachers annotated keeps the second's points (score_2) and the arbitration; tasks a storage sync
+    added (no review id) are skipped and counted, or refused when annotated; a JSON-MIN export is named. The labeling
+    config names every per-region field."""
+    export_review(ReviewRun("export", str(graded)))
+    review = graded / "review"
+    config = (review / "labelstudio_config.xml").read_text(encoding="utf-8")
+    assert '<Header value="Score: the points this answer earns"/>' in config
+    assert '<Header value="Full score: the question\'s points (from the answer key)"/>' in config
+    assert '<TextArea name="arbitration"' in config
+    tasks = json.loads((review / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+
+    def first(n, results):
+        if n != 0:
+            return None
+        _set(results, "item-1", "number", ("score", 1))
+        _set(results, "item-1", "textarea", ("arbitration", "third teacher: 1"))
+        return results
+
+    exported = teacher_export(tasks, first)
+    second = copy.deepcopy(exported[0]["annotations"][0])
+    _set(second["result"], "item-1", "number", ("score", 2))
+    exported[0]["annotations"].append(second | {"id": 991, "completed_by": 2})
+    # the images storage synced: one task per image file, no review id, nothing annotated
+    exported += [{"id": 500 + k, "data": {"image": f"/data/local-files/?d=review/images/{name}"}, "annotations": [],
+                  "predictions": [], "project": 3} for k, name in enumerate(("a.png", "b.jpg"))]
+    reviewed = tmp_path / "export.json"
+    reviewed.write_text(json.dumps(exported), encoding="utf-8")
+    rep = _import(graded, reviewed, tmp_path / "imported")
+    assert rep["foreign_tasks"] == 2 and "2 tasks the export did not make" in (
+        tmp_path / "imported" / "review_report.md").read_text(encoding="utf-8")
+    (record,) = load_level(tmp_path / "imported", "L3").records
+    one = next(g for g in record.groups if g.group_id == "1")
+    assert (one.score, one.score_2, one.arbitration) == (1, 2, "third teacher: 1")
+
+    exported[0]["annotations"].append(second | {"id": 992, "completed_by": 3})
+    reviewed.write_text(json.dumps(exported), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"task 40: 3 submitted annotations: the review keeps two teachers"):
+        _import(graded, reviewed, tmp_path / "again")
+    exported[0]["annotations"] = exported[0]["annotations"][:1]
+    exported[-1]["annotations"] = [{"id": 5, "result": [], "was_cancelled": False}]
+    reviewed.write_text(json.dumps(exported), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"task 501: an annotated task that eval/review.py export did not make \(no "
+                                         r"review_id"):
+        _import(graded, reviewed, tmp_path / "again")
+    # JSON-MIN, as label-studio-sdk's converter writes it: one flat row per annotated task
+    reviewed.write_text(json.dumps([{"image": tasks[0]["data"]["image"], "page": "a.png", "review_id": "x", "id": 40,
+                                     "verdict": [{"x": 10, "y": 10, "width": 5, "height": 5,
+                                                  "rectanglelabels": ["right"]}],
+                                     "annotator": 1, "annotation_id": 90, "created_at": "2026-12-06T10:00:00Z",
+                                     "updated_at": "2026-12-06T10:00:00Z", "lead_time": 4.2}]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"no task has 'annotations': export with Label Studio's \"JSON\" format "
+                                         r"\(not JSON-MIN or CSV\)"):
+        _import(graded, reviewed, tmp_path / "again")
+
+
+def _write_sheet(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_every_correction_in_the_sheet_is_kept(graded, tmp_path):
+    """A teacher edits the exported sheet in place: a transcription, a question id, a box, points with a second
+    teacher's and the arbitration. Exporting again refuses to overwrite it; the import keeps every edit."""
+    export_review(ReviewRun("export", str(graded)))
+    export_review(ReviewRun("export", str(graded)))  # an untouched sheet is exported again as it was
+    sheet = graded / "review" / "review.csv"
+    with open(sheet, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    row = {(r["page"], r["item"]): r for r in rows}
+    for r in rows:
+        if r["page"] == "a.png":
+            r["reviewed"] = "yes"
+    row["a.png", "1"].update(text="answer 1, corrected", score="1", score_2="2", arbitration="third teacher: 1")
+    row["a.png", "3"]["question_id"] = "3b"
+    moved = [float(row["a.png", "2"][c]) for c in ("x1", "y1", "x2", "y2")]
+    row["a.png", "2"].update(x1=str(moved[0] + 150), x2=str(moved[2] + 150))  # another place: the box changed
+    row["b.jpg", "1"]["text"] = "=SUM(A1)"  # a formula-like transcription: the sheet keeps it as text
+    row["b.jpg", "1"]["reviewed"] = "yes"
+    _write_sheet(sheet, rows)
+    edited = sheet.read_bytes()
+    with pytest.raises(ValueError, match=r"review\.csv was edited since it was exported .*: import it first"):
+        export_review(ReviewRun("export", str(graded)))
+    assert sheet.read_bytes() == edited
+    out = tmp_path / "imported"
+    rep = _import(graded, sheet, out)
+    assert rep["changes"]["transcription"] == 2 and rep["changes"]["question_id"] == 1 and rep["changes"]["box"] == 1
+    assert rep["changes"]["points"] == 1
+    (record,) = load_level(out, "L3").records
+    groups = {g.group_id: g for g in record.groups}
+    assert sorted(groups) == ["1", "2", "3b"]
+    assert (groups["1"].hand, groups["1"].score, groups["1"].score_2, groups["1"].arbitration) == (
+        "answer 1, corrected", 1, 2, "third teacher: 1")
+    assert (groups["2"].box.x1, groups["2"].box.x2) == (pytest.approx(moved[0] + 150, abs=0.1),
+                                                        pytest.approx(moved[2] + 150, abs=0.1))
+    changed = {(c["page"], c["item"]): c for c in rep["changed_items"]}
+    assert changed["b.jpg", 1]["teacher"]["text"] == "=SUM(A1)"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"reviewed": "no", "correctness": "wrong"},
+     r"line 2 \(page a\.png, item 1\): reviewed says 'no' but the row holds a correction \(correctness\): write yes "
+     r"to keep it, or clear it"),
+    ({"reviewed": "no", "text": "edited"}, r"reviewed says 'no' but the row holds a correction \(text\)"),
+    ({"full_score": "5"}, r"full_score 5 is not the answer key's 2: the key decides a question's points"),
+    ({"row": 2, "score_2": "1"}, r"item 3\): score_2 \(a second teacher's points\) without score: fill score too"),
+    ({"x1": ""}, r"give all four of x1, y1, x2, y2 \(in page pixels\), or none"),
+    # the converters' rule for a blank answer (gbtrain.data.annotations.blank_answer_problem), not a mark they refuse
+    ({"text": ""}, r"item 1\): no transcription; an answer left blank has the verdict unanswered: write what the "
+                   r"student wrote"),
+    ({"x2": "-5"}, r"box \[.*\] is not a box on the 400x560 page"),
+])
+def test_a_sheet_correction_that_cannot_be_kept_names_its_row(graded, tmp_path, edit, message):
+    export_review(ReviewRun("export", str(graded)))
+    with open(graded / "review" / "review.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    edit = dict(edit)
+    rows[edit.pop("row", 0)].update(edit)
+    reviewed = tmp_path / "reviewed.csv"
+    _write_sheet(reviewed, rows)
+    with pytest.raises(ValueError, match=message):
+        _import(graded, reviewed, tmp_path / "imported")
 
 
 def test_scores_that_are_no_grade_are_not_taken_as_the_teachers(tmp_path, budget, monkeypatch):

@@ -22,7 +22,13 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
-from gbtrain.data.annotations import BOX_TOLERANCE_FRACTION, POINT_NUMBERS, POINT_TEXTS, points_problem
+from gbtrain.data.annotations import (
+    BOX_TOLERANCE_FRACTION,
+    POINT_NUMBERS,
+    POINT_TEXTS,
+    blank_answer_problem,
+    points_problem,
+)
 from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
 from gbtrain.data.converters.sources import SourceItem, SourcePage, image_names
 from gbtrain.data.pages import l1_crop
@@ -33,7 +39,6 @@ from gbtrain.schema import (
     QUESTION_TYPE_ALIASES,
     STAGE_ALIASES,
     SUBJECTS,
-    UNANSWERED,
     Box,
     Mark,
     Record,
@@ -274,9 +279,9 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
     if mark_id is None:
         raise _Unmappable(f"no question id (field {m.fields.id!r})")
     hand = _value(m.fields.hand, item)
-    if hand is None and label != UNANSWERED:
-        raise _Unmappable(f"answer {mark_id}: no transcription (field {m.fields.hand!r}); an answer left blank has "
-                          f"the verdict unanswered")
+    blank = blank_answer_problem(hand, label)
+    if blank:
+        raise _Unmappable(f"answer {mark_id}: no transcription (field {m.fields.hand!r}); {blank}")
     plan.cut_at_edge += cut
     return Mark(points=points, label=label, raw_label=label, mark_id=mark_id, hand=hand or "",
                 **_points(item, mark_id, m),

@@ -34,6 +34,12 @@ _CSV_COLUMNS = ("annotation_id", "annotator", "lead_time")  # in every CSV / TSV
 
 
 def read(path: Path, image_key: str) -> list[SourcePage]:
+    return [read_task(path, task, i, image_key) for i, task in enumerate(read_tasks(path))]
+
+
+def read_tasks(path: Path) -> list[dict]:
+    """The tasks of a Label Studio JSON export, for the converter and the review import alike: a CSV or JSON-MIN
+    export (which keep no region's own values) is refused, naming the format to export instead."""
     try:
         doc = read_json(path)
     except ValueError:
@@ -47,7 +53,7 @@ def read(path: Path, image_key: str) -> list[SourcePage]:
     if tasks and not any("annotations" in t for t in tasks):
         raise ValueError(f"{path}: no task has 'annotations': export with Label Studio's \"JSON\" format (not "
                          f"JSON-MIN or CSV)")
-    return [read_task(path, task, i, image_key) for i, task in enumerate(tasks)]
+    return tasks
 
 
 def _is_csv(path: Path) -> bool:
@@ -65,8 +71,15 @@ def submitted(task: dict) -> list[dict]:
     return [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
 
 
-def read_task(path: Path, task: dict, index: int, image_key: str) -> SourcePage:
-    """One task of an export (`index`: its place, named when it has no id) as a page of regions."""
+def chosen_annotation(task: dict) -> dict | None:
+    """The submitted annotation a task is read from: the ground-truth one, else the first (None: none submitted)."""
+    done = submitted(task)
+    return next((a for a in done if a.get("ground_truth")), done[0]) if done else None
+
+
+def read_task(path: Path, task: dict, index: int, image_key: str, annotation: dict | None = None) -> SourcePage:
+    """One task of an export (`index`: its place, named when it has no id) as a page of regions: those of
+    `annotation`, by default chosen_annotation's."""
     where = f"task {task.get('id', f'#{index}')}"
     data = task.get("data") if isinstance(task.get("data"), dict) else {}
     image_ref = text(data.get(image_key)) or text(task.get("file_upload")) or ""
@@ -77,8 +90,8 @@ def read_task(path: Path, task: dict, index: int, image_key: str) -> SourcePage:
     if not done:
         page.problems.append("no submitted annotation (only drafts, predictions or cancelled ones)")
         return page
-    chosen = next((a for a in done if a.get("ground_truth")), done[0])
-    if len(done) > 1:
+    chosen = annotation or chosen_annotation(task)
+    if len(done) > 1 and annotation is None:
         page.notes.append(f"{where}: {len(done)} annotations, used annotation {chosen.get('id')} (the ground "
                           f"truth one, else the first)")
     regions: dict[str, list[dict]] = {}
