@@ -46,7 +46,13 @@ def main() -> None:
     if threshold:
         print(f"review: {summary['review']} of {summary['items']} items (judgment confidence below "
               f"{threshold['threshold']:.2f}, from {threshold['source']})")
-    print(f"tables: {run.out}/grades.csv, {run.out}/totals.csv; per page: {run.out}/pages, {run.out}/overlays")
+    if run.answer_key:
+        print(f"answer key: {summary['missing']} questions missing on their pages (0 points, for review), "
+              f"{summary['duplicate']} given twice (one kept, for review), {summary['by_reference']} items matched to "
+              f"a question by their answer alone (no question id), {summary['unkeyed']} matched to none")
+    tables = ["grades.csv", "totals.csv", "questions.csv", "documents.csv",
+              *(["students.csv"] if summary["per_student"] is not None else [])]
+    print(f"tables: {', '.join(f'{run.out}/{t}' for t in tables)}; per page: {run.out}/pages, {run.out}/overlays")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ _SCOPE = {
 }
 _TRANSCRIBE = ("Transcribe the handwriting exactly as written (a wrong answer stays wrong; write \"\" for a "
                "blank answer).")
+_QUESTION = ('Put the number of the question each answer belongs to in "question_id", as the page numbers it (a '
+             'sub-question as "3-2").')
 
 
 def _box_rule(coords: str) -> str:
@@ -67,6 +69,7 @@ def single_turn(level: str, mode: str, coords: str, regions: list[list] | None =
     if level == L2:
         parts.append(_region_rule(regions or []))
     parts.append("Find every handwritten answer area, each sub-question separately, and grade it.")
+    parts.append(_QUESTION)
     parts.append(_TRANSCRIBE)
     if mode == ANSWER_FREE:
         parts.append('Solve each question yourself and put your answer in "answer".')
@@ -78,8 +81,8 @@ def single_turn(level: str, mode: str, coords: str, regions: list[list] | None =
         parts.append(points_block(points))
     parts.append(_box_rule(coords))
     score = ', "score": 1' if points else ""
-    parts.append('Reply with a JSON list in reading order: [{"bbox_2d": [...], "text": "...", "answer": "...", '
-                 f'"correctness": true{score}}}]')
+    parts.append('Reply with a JSON list in reading order: [{"question_id": "...", "bbox_2d": [...], "text": "...", '
+                 f'"answer": "...", "correctness": true{score}}}]')
     return "\n".join(parts)
 
 
@@ -88,8 +91,9 @@ def turn_locate(level: str, coords: str, regions: list[list] | None = None) -> s
     parts = [_SCOPE[level]]
     if level == L2:
         parts.append(_region_rule(regions or []))
-    parts += ["Find every handwritten answer area, each sub-question separately.", _TRANSCRIBE, _box_rule(coords),
-              'Reply with a JSON list in reading order: [{"bbox_2d": [...], "text": "..."}]']
+    parts += ["Find every handwritten answer area, each sub-question separately.", _QUESTION, _TRANSCRIBE,
+              _box_rule(coords), 'Reply with a JSON list in reading order: [{"question_id": "...", "bbox_2d": [...], '
+                                 '"text": "..."}]']
     return "\n".join(parts)
 
 

@@ -34,10 +34,12 @@ def group_answer(group: Group) -> str:
 
 
 def answer_items(record: Record, coords: str, budget: PixelBudget) -> list[dict]:
-    """The assistant's JSON items for a record, in reading order; a group graded in points adds its teacher's
-    `score` (right/wrong-only groups are as before)."""
+    """The assistant's JSON items for a record, in reading order: the question each answers (its group id, as the
+    answer key and the references name it), box, transcription, answer, judgment; a group graded in points adds its
+    teacher's `score` (right/wrong-only groups are as before)."""
     return [
         {
+            "question_id": g.group_id,
             "bbox_2d": to_model(g.box.clip(record.width, record.height), record.width, record.height, coords, budget),
             "text": g.hand,
             "answer": group_answer(g),
@@ -100,7 +102,8 @@ def build_conversation(record: Record, mode: str, three_turn: bool, coords: str,
     else:
         messages = [
             {"role": "user", "content": prompts.turn_locate(record.level, coords, regions)},
-            {"role": "assistant", "content": dump([{"bbox_2d": i["bbox_2d"], "text": i["text"]} for i in items])},
+            {"role": "assistant", "content": dump([{k: i[k] for k in ("question_id", "bbox_2d", "text")}
+                                                   for i in items])},
             {"role": "user", "content": prompts.turn_solve(mode, refs)},
             {"role": "assistant", "content": dump([{"answer": i["answer"]} for i in items])},
             {"role": "user", "content": prompts.turn_compare(points)},

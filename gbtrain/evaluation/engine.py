@@ -359,6 +359,7 @@ def run_diagnostics(ev: Evaluator) -> dict:
 GRADING_SCHEMA = {
     "type": "array",
     "items": {"type": "object", "properties": {
+        "question_id": {"type": "string"},
         "bbox_2d": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4},
         "text": {"type": "string"}, "answer": {"type": "string"}, "correctness": {"type": "boolean"},
         "score": {"type": "number"}},

@@ -14,10 +14,9 @@ import yaml
 from gbtrain import prompts
 from gbtrain.metric.parsing import PredictedItem
 from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES
-from gbtrain.values import points_from_text
+from gbtrain.values import alias_lookup, points_from_text
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3
 
-QUESTION_KEYS = ("question_id", "question", "qid", "id")  # the prompt asks for none; some models write one
 KEY_FIELDS = ("answer", "full_score", "rubric", "question_type")  # what an answer key's question mapping may hold
 
 
@@ -163,11 +162,16 @@ def grading_prompt(coords: str, key: AnswerKey | None) -> str:
                                key_points(key) or None)
 
 
-def question_of(item: PredictedItem, key: AnswerKey | None) -> str | None:
-    """The question an item answers: the id the model wrote, if any; else, with an answer key, the one question
-    whose reference the item's answer repeats (the prompt asks for the reference in "answer")."""
-    given = next((item.raw[k] for k in QUESTION_KEYS if item.raw.get(k) not in (None, "")), None)
-    if given is not None:
-        return str(given)
-    matches = [q.qid for q in key or [] if q.answer is not None and q.answer.strip() == item.answer.strip()]
-    return matches[0] if len(matches) == 1 else None
+def question_of(item: PredictedItem, key: AnswerKey | None) -> tuple[str | None, str | None]:
+    """The question an item answers and how it was found: ("id") the id the model wrote, one of the key's
+    (compared as label words are: fullwidth digits and case folded) or, without a key, any; else ("reference") the
+    one key question whose reference the item's answer repeats, a fallback the tables count; else the id the model
+    wrote, if any, matched to nothing (None)."""
+    given = item.question_id
+    if key is None:
+        return given, "id" if given else None
+    found = alias_lookup({q.qid: q.qid for q in key}, given) if given else None
+    if found is not None:
+        return found, "id"
+    matches = [q.qid for q in key if q.answer is not None and q.answer.strip() == item.answer.strip()]
+    return (matches[0], "reference") if len(matches) == 1 else (given, None)

@@ -44,7 +44,7 @@ from gbtrain.evaluation.run import EvalRun, RunPlan, check_run, open_backend, pl
 from gbtrain.files import IMAGE_SUFFIXES, write_atomic
 from gbtrain.grading.answer_key import AnswerKey, answer_key_hash, grading_prompt, load_answer_key
 from gbtrain.grading.grades import RESULTS, is_graded, page_file, page_record
-from gbtrain.grading.pages import PDF_DPI_RANGE, LoadedPage, Page, find_pages, load_page
+from gbtrain.grading.pages import PDF_DPI_RANGE, LoadedPage, Page, find_pages, load_page, students_of
 from gbtrain.grading.tables import write_tables
 from gbtrain.grading.threshold import review_threshold
 from gbtrain.inference.base import SamplingOptions, message
@@ -79,6 +79,10 @@ class GradeRun(ModelOptions, SelectiveFlags):
     review_threshold: float | None = option(None, "mark for review the items whose judgment confidence is below this "
                                                   f"(0-1); default: the threshold in --model's {SELECTIVE_RECORD}, "
                                                   "if any")
+    students: str | None = option(None, "CSV with columns file,student: each page file's student (its path under "
+                                        "--pages); totals per student in students.csv")
+    student_pattern: str | None = option(None, "regex whose first group, searched in each page file's path under "
+                                               "--pages, is its student (e.g. '^([^/]+)/' for a folder per student)")
 
     @property
     def mode(self) -> str:
@@ -133,13 +137,15 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
     pages, unreadable = find_pages(folder)
     if not pages and not unreadable:
         raise ValueError(f"{folder}: no pages (image files {', '.join(IMAGE_SUFFIXES)}, or PDF files)")
+    students = students_of([*{p.rel for p in pages}, *(u["page"] for u in unreadable)], run.students,
+                           run.student_pattern)
     out = Path(run.out)
     with FolderLock(out):
         identity = grading_identity(run, plan, key, limit)
         claim_output_folder(out, identity, run.overwrite, work=(RESULTS, OVERLAYS), discard=True)  # before any model
         todo = [p for p in pages if not is_graded(out, p)]
         failed = _grade(run, plan, key, limit, todo, out, progress) if todo else []
-        summary = write_tables(out, pages, unreadable + failed, identity, threshold)
+        summary = write_tables(out, pages, unreadable + failed, identity, threshold, students)
     if not summary["pages"]:
         raise ValueError(f"{folder}: no page could be graded ({len(summary['unreadable'])} unreadable, each named in "
                          f"{out / 'summary.json'})")

@@ -49,12 +49,13 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
     for ib in item_boxes(normalized, PageSize(width, height), opts):
         it = ib.item
         box = None if ib.box is None else [round(v, 1) for v in ib.box.as_list()]
-        qid = question_of(it, key)
+        qid, matched_by = question_of(it, key)
         question = questions.get(qid)
         full = question.full_score if question else None
         score, problem = item_score(it.score, full)
-        items.append({"index": it.index, "question_id": qid, "box": box, "model_boxes": it.boxes, "text": it.text,
-                      "answer": it.answer, "correctness": it.correctness, "score": score, "score_problem": problem,
+        items.append({"index": it.index, "question_id": qid, "matched_by": matched_by, "box": box,
+                      "model_boxes": it.boxes, "text": it.text, "answer": it.answer, "correctness": it.correctness,
+                      "score": score, "score_problem": problem,
                       "full_score": full, "rubric": question.rubric if question else None,
                       "reference": question.answer if question else None,
                       "question_type": question.question_type if question else None,
@@ -67,19 +68,45 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def page_totals(items: list[dict], status: str) -> dict:
+def assign_questions(items: list[dict], key: AnswerKey | None) -> list[dict]:
+    """Every question of the answer key on the page, each once: found (its first item in reading order kept),
+    duplicate (several items name it: the first kept, the others flagged `duplicate_of` and for review, and left out
+    of the points) or missing (no item: 0 points, for review). Items are flagged in place; [] without a key."""
+    rows = []
+    for q in key or []:
+        mine = [it for it in items if it["question_id"] == q.qid]
+        for extra in mine[1:]:
+            extra["duplicate_of"], extra["review"] = mine[0]["index"] + 1, True
+        kept = mine[0] if mine else None
+        points = None
+        if q.full_score is not None:
+            usable = kept is not None and kept["score"] is not None and not kept["score_problem"]
+            points = kept["score"] if usable else 0
+        rows.append({"question_id": q.qid, "status": "missing" if not mine else "duplicate" if len(mine) > 1 else
+                     "found", "item": kept["index"] + 1 if kept else None, "items": len(mine), "points": points,
+                     "full_score": q.full_score, "review": len(mine) != 1})
+    return rows
+
+
+def page_totals(items: list[dict], status: str, questions: list[dict] | None = None) -> dict:
     """A page's counts: items, judged right, judged wrong, not judged (no boolean judgment), whether the reply was
-    unparsable (not read cleanly; the items before a cut are still counted), and its points: the model's scores of
-    the items that answer a question with a full score (a flagged score counts 0) out of those questions' full
-    scores, each question once (None, None on a page without such items), and the items marked for review."""
+    unparsable (not read cleanly; the items before a cut are still counted), the items and questions for review;
+    with an answer key (`questions`, assign_questions), its questions missing and given twice, the items matched to a
+    question by their answer alone (no id) or to none, and its points: every keyed question with a full score, once
+    (a missing one, or a flagged score, counts 0), out of all their full scores (None, None without such questions)."""
+    questions = questions or []
     judged = [it["correctness"] for it in items]
-    scored = [it for it in items if it.get("full_score") is not None]
-    full = {it["question_id"]: it["full_score"] for it in scored}
-    points = sum(it["score"] for it in scored if it["score"] is not None and not it["score_problem"])
+    scored = [q for q in questions if q["full_score"] is not None]
+    keyed = {q["question_id"] for q in questions}
     return {"items": len(items), "right": judged.count(True), "wrong": judged.count(False),
             "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error")),
-            "points": round(points, 6) if scored else None, "full_points": round(sum(full.values()), 6) if scored
-            else None, "review": sum(bool(it.get("review")) for it in items)}
+            "points": round(sum(q["points"] for q in scored), 6) if scored else None,
+            "full_points": round(sum(q["full_score"] for q in scored), 6) if scored else None,
+            "review": sum(bool(it.get("review")) for it in items) + sum(q["status"] == "missing" for q in questions),
+            "missing": sum(q["status"] == "missing" for q in questions),
+            "duplicate": sum(q["status"] == "duplicate" for q in questions),
+            "by_reference": sum(it.get("matched_by") == "reference" for it in items),
+            "unkeyed": sum(it["question_id"] not in keyed for it in items) if questions else 0}
 
 
 def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget, key: AnswerKey | None,
@@ -90,10 +117,12 @@ def page_record(page: LoadedPage, reply: dict, coords: str, budget: PixelBudget,
     items, reason = read_reply(reply["response"], page.width, page.height, coords, budget, key, reply.get("logprobs"),
                                threshold)
     status = "error" if reply.get("error") else reason or "ok"
+    questions = assign_questions(items, key)
     p = page.page
     return {"page": p.name, "source": p.rel, "pdf_page": None if p.index is None else p.index + 1, "pdf_dpi": page.dpi,
             "width": page.width, "height": page.height, "mode": ANSWER_BASED if key else ANSWER_FREE,
-            "status": status, "error": reply.get("error"), "totals": page_totals(items, status),
+            "status": status, "error": reply.get("error"), "totals": page_totals(items, status, questions),
+            "questions": questions,
             "review_threshold": threshold, "items": items, "response": str(reply["response"])}
 
 

@@ -3,7 +3,9 @@ decoded one at a time (bounded in pixels), a page that cannot be read named rath
 
 from __future__ import annotations
 
+import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +101,50 @@ def find_pages(folder: Path) -> tuple[list[Page], list[dict]]:
             continue
         pages += [Page(path, rel.as_posix(), i) for i in range(count)]
     return pages, unreadable
+
+
+def students_of(files: list[str], manifest: str | None, pattern: str | None) -> dict[str, str] | None:
+    """Each page file's student (`files`: paths under the pages folder), from a CSV manifest (columns file,
+    student) or the first group of `pattern` searched in the path; None when neither is given. A file neither
+    names, a file named twice, or a manifest row for no page file is a ValueError naming it."""
+    if manifest and pattern:
+        raise ValueError("--students and --student-pattern: give one (a manifest, or a pattern on the file paths)")
+    if pattern:
+        try:
+            rule = re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"--student-pattern {pattern!r:.80}: not a regular expression ({e})") from None
+        found = {f: m.group(1) if rule.groups else m.group(0) for f in files if (m := rule.search(f))}
+        missing = [f for f in files if not found.get(f)]
+        if missing:
+            raise ValueError(f"--student-pattern {pattern!r:.80} names no student in {missing[0]!r:.80} ("
+                             f"{len(missing)} page files): change the pattern, or give --students")
+        return found
+    if not manifest:
+        return None
+    try:
+        with open(manifest, encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"--students {manifest}: cannot be read ({e})") from None
+    if not rows or not {"file", "student"} <= set(rows[0]):
+        raise ValueError(f"--students {manifest}: needs the columns file and student (one row per page file)")
+    found: dict[str, str] = {}
+    for n, row in enumerate(rows, start=2):
+        name, student = (row["file"] or "").strip(), (row["student"] or "").strip()
+        if name in found:
+            raise ValueError(f"--students {manifest} line {n}: {name!r:.80} is named twice: keep one row per file")
+        if name not in files:
+            raise ValueError(f"--students {manifest} line {n}: {name!r:.80} is no page file under --pages (give each "
+                             f"file's path under it, e.g. class1/scan.pdf)")
+        if not student:
+            raise ValueError(f"--students {manifest} line {n}: no student for {name!r:.80}")
+        found[name] = student
+    missing = [f for f in files if f not in found]
+    if missing:
+        raise ValueError(f"--students {manifest}: no student for {missing[0]!r:.80} ({len(missing)} page files): add "
+                         f"a row for each")
+    return found
 
 
 def render_dpi(width_pt: float, height_pt: float, dpi: float) -> float:

@@ -14,18 +14,45 @@ from gbtrain.text import csv_cell
 
 GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "score", "full_score", "x1", "y1",
                  "x2", "y2", "confidence", "box_confidence", "review", "status")
-TOTAL_COLUMNS = ("page", "status", "items", "right", "wrong", "unjudged", "unparsable", "points", "full_points",
-                 "review")
+COUNTS = ("items", "right", "wrong", "unjudged", "unparsable", "points", "full_points", "review", "missing",
+          "duplicate", "by_reference", "unkeyed")
+TOTAL_COLUMNS = ("page", "document", "student", "status", *COUNTS)
+QUESTION_COLUMNS = ("page", "document", "student", "question_id", "status", "item", "items", "points", "full_score",
+                    "review")
+GROUP_COLUMNS = ("pages", *COUNTS)  # per document (a PDF or an image file) and per student
+
+
+def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
+    # errors="backslashreplace": a lone surrogate (in a reply, or a file name's undecodable bytes) is written as its
+    # escape, as write_atomic writes the page files
+    with open(path, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerows({k: csv_cell(table_value(row.get(k))) for k in columns} for row in rows)
+
+
+def _sum(rows: list[dict], key: str):
+    """A column's total; None where no row has the figure (points: none of the pages has a keyed full score)."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(sum(values), 6) if values else None
+
+
+def group_totals(per_page: list[dict], by: str) -> dict[str, dict]:
+    """The pages' counts summed per `by` (document or student), in first-seen order."""
+    groups: dict[str, list[dict]] = {}
+    for row in per_page:
+        groups.setdefault(row[by], []).append(row)
+    return {name: {"pages": len(rows), **{k: _sum(rows, k) for k in COUNTS}} for name, rows in groups.items()}
 
 
 def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict,
-                 threshold: dict | None = None) -> dict:
-    """grades.csv, totals.csv and summary.json over every graded page of the folder (this run's and earlier
-    runs'), in page order; returns the summary. `threshold`: the review threshold in force and where it came
-    from (review_threshold)."""
+                 threshold: dict | None = None, students: dict[str, str] | None = None) -> dict:
+    """grades.csv (an item a row), totals.csv (a page a row), questions.csv (a keyed question of a page a row:
+    found, missing or duplicate), documents.csv (a PDF or image file a row), students.csv (with `students`: a
+    page's source file -> its student) and summary.json over every graded page of the folder (this run's and
+    earlier runs'), in page order; returns the summary. `threshold`: the review threshold in force and where it
+    came from (review_threshold)."""
     records = [read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
-    # errors="backslashreplace": a lone surrogate (in a reply, or a file name's undecodable bytes) is written as its
-    # escape, as write_atomic writes the page files
     with open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
         w = csv.writer(f)
         w.writerow(GRADE_COLUMNS)
@@ -39,22 +66,27 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
                                           "" if it["correctness"] is None else str(it["correctness"]).lower(),
                                           *points, *box, *confidences, str(bool(it.get("review"))).lower(),
                                           r["status"]]))
-    # pages graded before points have no points totals, those before thresholds no review count
-    per_page = [{"page": r["page"], "status": r["status"], "points": None, "full_points": None, "review": 0,
-                 **r["totals"]} for r in records]
-    with open(out / "totals.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
-        w = csv.DictWriter(f, TOTAL_COLUMNS)
-        w.writeheader()
-        w.writerows({k: csv_cell(table_value(v)) for k, v in row.items()} for row in per_page)
-    in_points = [t for t in per_page if t["full_points"] is not None]
+    place = {r["page"]: {"document": r["source"], "student": (students or {}).get(r["source"])} for r in records}
+    # pages graded before points have no points totals, those before thresholds no review count, those before
+    # question ids no question counts
+    per_page = [{"page": r["page"], **place[r["page"]], "status": r["status"], "points": None, "full_points": None,
+                 "review": 0, "missing": 0, "duplicate": 0, "by_reference": 0, "unkeyed": 0, **r["totals"]}
+                for r in records]
+    _write_csv(out / "totals.csv", TOTAL_COLUMNS, per_page)
+    _write_csv(out / "questions.csv", QUESTION_COLUMNS, [{"page": r["page"], **place[r["page"]], **q}
+                                                         for r in records for q in r.get("questions") or []])
+    per_document = group_totals(per_page, "document")
+    _write_csv(out / "documents.csv", ("document", *GROUP_COLUMNS), [{"document": k, **v}
+                                                                     for k, v in per_document.items()])
+    per_student = group_totals(per_page, "student") if students else None
+    if per_student is not None:
+        _write_csv(out / "students.csv", ("student", *GROUP_COLUMNS), [{"student": k, **v}
+                                                                       for k, v in per_student.items()])
     items = [it for r in records for it in r["items"]]
-    summary = {"run": identity, "pages": len(records),
-               **{k: sum(t[k] for t in per_page) for k in ("items", "right", "wrong", "unjudged", "unparsable",
-                                                           "review")},
+    summary = {"run": identity, "pages": len(records), **{k: _sum(per_page, k) for k in COUNTS},
                "review_threshold": threshold, "without_confidence": sum(it.get("confidence") is None for it in items),
-               **{k: round(sum(t[k] for t in in_points), 6) if in_points else None for k in ("points", "full_points")},
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
-               "per_page": per_page}
+               "per_document": per_document, "per_student": per_student, "per_page": per_page}
     write_atomic(out / "summary.json", json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return summary
 

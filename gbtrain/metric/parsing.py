@@ -44,6 +44,7 @@ _TEXT_KEYS = ("text", "transcription", "hand", "handwriting")
 _ANSWER_KEYS = ("answer", "derived_answer")
 CORRECT_KEYS = ("correctness", "correct", "is_correct", "judgment")
 _SCORE_KEYS = ("score", "points")
+QUESTION_KEYS = ("question_id", "question", "qid", "id")  # what models name the question an answer belongs to
 # Why a model's score is no number of points (the points report lists each).
 NOT_A_NUMBER, NOT_FINITE = "not a number", "not finite"
 
@@ -388,12 +389,22 @@ class PredictedItem:
     correctness: bool | None
     raw: dict
     score: object = None  # the raw value of its score key (None: no score given), read by parse_points
+    question_id: str | None = None  # the question it answers, as the model named it (None: not named)
     confidence: float | None = None  # of its judgment, from the reply's logprobs (metric.confidence.annotate)
     box_confidence: float | None = None  # of its box, the same way
+
+
+def question_id(item: dict) -> str | None:
+    """The question an item names (question_id, or the keys models use for it), as text; None when it names none."""
+    value = _first(item, QUESTION_KEYS)
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    named = (str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)).strip()
+    return named or None
 
 
 def normalize_items(items: list[dict]) -> list[PredictedItem]:
     return [PredictedItem(i, parse_boxes(_first(it, BOX_KEYS)), _as_text(_first(it, _TEXT_KEYS)),
                           _as_text(_first(it, _ANSWER_KEYS)), coerce_correctness(_first(it, CORRECT_KEYS)), it,
-                          _first(it, _SCORE_KEYS))
+                          _first(it, _SCORE_KEYS), question_id=question_id(it))
             for i, it in enumerate(items)]

@@ -40,6 +40,20 @@ def test_single_and_three_turn_agree(loaded, budget):
     assert one.sample_id.endswith("-af-t1") and three.sample_id.endswith("-af-t3")
 
 
+def test_every_target_names_its_question_as_the_key_and_references_do(loaded, budget):
+    """Each item of a target, single-turn and three-turn's first turn, starts with its question id: the group id the
+    references block (and an answer key) names it by, which grade_pages matches an item to its question by."""
+    r = next(r for r in loaded["L3"].records if len(r.groups) > 1)
+    one = build_conversation(r, "answer-based", False, "qwen25", budget)
+    three = build_conversation(r, "answer-based", True, "qwen25", budget)
+    for content in (one.messages[1]["content"], three.messages[1]["content"]):
+        items = json.loads(content)
+        assert [it["question_id"] for it in items] == [g.group_id for g in r.groups]
+        assert all(next(iter(it)) == "question_id" for it in items)
+    assert all(f"{g.group_id}: " in one.messages[0]["content"] for g in r.groups)  # the references block
+    assert '"question_id"' in one.messages[0]["content"] and '"question_id"' in three.messages[0]["content"]
+
+
 def test_answer_based_lists_references(loaded, budget):
     r = next(r for r in loaded["L1"].records if r.groups)
     conv = build_conversation(r, "answer-based", False, "qwen25", budget)

@@ -309,6 +309,85 @@ def test_points_in_grade_pages_items_and_totals(tmp_path, budget, monkeypatch):
         assert [(r["score"], r["full_score"]) for r in csv.DictReader(f)][:3] == [("3", "4"), ("1", ""), ("7", "2.5")]
 
 
+class ItemsBackend(RecordingBackend):
+    """Answers every page with `items`: (question id or None, answer, score) in reading order."""
+
+    def __init__(self, budget, items):
+        super().__init__(budget)
+        self.items = items
+
+    def chat(self, conversations, sampling):
+        self.prompts += [c[0]["content"][1]["text"] for c in conversations]
+        reply = [{**({"question_id": q} if q is not None else {}), "bbox_2d": [10, 10 + 40 * k, 50, 30 + 40 * k],
+                  "text": "t", "answer": a, "correctness": True, **({"score": s} if s is not None else {})}
+                 for k, (q, a, s) in enumerate(self.items)]
+        return [json.dumps(reply)] * len(conversations)
+
+
+def test_totals_list_every_keyed_question_once(tmp_path, budget, monkeypatch):
+    """A key of five questions: two with the same reference (choice letter B), one with a rubric and no reference,
+    worth points. The model names question 1 twice, question 2 in fullwidth digits, answers question 4 without an id
+    (its reference, unique, finds it), and never answers question 5. Totals: every keyed question once, 1's first
+    item kept, 5 missing with 0 points, out of all the key's full scores; per document and per student."""
+    pages = tmp_path / "pages"
+    for student in ("ann", "bob"):
+        (pages / student).mkdir(parents=True)
+        Image.new("RGB", (400, 560), "white").save(pages / student / "p1.png")
+    key = tmp_path / "key.yaml"
+    key.write_text("1: {answer: B, full_score: 2}\n2: {answer: B, full_score: 2}\n"
+                   "3: {rubric: 'explains the method', full_score: 4}\n4: {answer: '42', full_score: 1}\n"
+                   "5: {answer: C, full_score: 3}\n", encoding="utf-8")
+    backend = ItemsBackend(budget, [("1", "B", 2), ("1", "B", 1), ("２", "B", 1), ("3", "the method", 3),
+                                    (None, "42", 1)])
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
+    out = tmp_path / "out"
+    summary = grade_pages(GradeRun("scored", str(pages), str(out), answer_key=str(key), backend="openai",
+                                   coords="qwen25", min_pixels=budget.min_pixels, max_pixels=budget.max_pixels,
+                                   student_pattern=r"^([^/]+)/"), progress=False)
+    page = next(json.loads(f.read_text(encoding="utf-8")) for f in (out / "pages").glob("*.json")
+                if json.loads(f.read_text(encoding="utf-8"))["source"] == "ann/p1.png")
+    assert [(it["question_id"], it["matched_by"]) for it in page["items"]] == [
+        ("1", "id"), ("1", "id"), ("2", "id"), ("3", "id"), ("4", "reference")]
+    assert page["items"][1]["duplicate_of"] == 1 and page["items"][1]["review"]
+    assert [(q["question_id"], q["status"], q["item"], q["points"]) for q in page["questions"]] == [
+        ("1", "duplicate", 1, 2), ("2", "found", 3, 1), ("3", "found", 4, 3), ("4", "found", 5, 1),
+        ("5", "missing", None, 0)]
+    totals = page["totals"]
+    assert (totals["points"], totals["full_points"]) == (7, 12)  # 2 + 1 + 3 + 1 + 0, out of every full score
+    assert (totals["missing"], totals["duplicate"], totals["by_reference"], totals["unkeyed"]) == (1, 1, 1, 0)
+    assert totals["review"] == 2  # the duplicate item and the missing question
+    assert summary["per_student"] == {s: summary["per_document"][f"{s}/p1.png"] for s in ("ann", "bob")}
+    assert summary["per_student"]["ann"]["points"] == 7 and summary["points"] == 14
+    with open(out / "questions.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["student"], r["question_id"], r["status"], r["points"]) for r in rows[:5]] == [
+        ("ann", "1", "duplicate", "2"), ("ann", "2", "found", "1"), ("ann", "3", "found", "3"),
+        ("ann", "4", "found", "1"), ("ann", "5", "missing", "0")]
+    with open(out / "students.csv", newline="", encoding="utf-8") as f:
+        assert [(r["student"], r["points"], r["full_points"], r["missing"]) for r in csv.DictReader(f)] == [
+            ("ann", "7", "12", "1"), ("bob", "7", "12", "1")]
+
+
+def test_a_student_for_every_page_or_a_named_refusal(tmp_path):
+    from gbtrain.grading.pages import students_of
+
+    files = ["ann/p1.png", "bob/p1.pdf"]
+    assert students_of(files, None, None) is None
+    assert students_of(files, None, r"^([^/]+)/") == {"ann/p1.png": "ann", "bob/p1.pdf": "bob"}
+    with pytest.raises(ValueError, match=r"--student-pattern 'x\(.*\)' names no student in 'ann/p1.png' \(2 page "
+                                         r"files\)"):
+        students_of(files, None, r"x(\d+)")
+    manifest = tmp_path / "students.csv"
+    manifest.write_text("file,student\nann/p1.png,Ann\nbob/p1.pdf,Bob\n", encoding="utf-8")
+    assert students_of(files, str(manifest), None) == {"ann/p1.png": "Ann", "bob/p1.pdf": "Bob"}
+    manifest.write_text("file,student\nann/p1.png,Ann\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"no student for 'bob/p1.pdf' \(1 page files\): add a row for each"):
+        students_of(files, str(manifest), None)
+    manifest.write_text("file,student\nann/p1.png,Ann\nbob/p2.pdf,Bob\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 3: 'bob/p2.pdf' is no page file under --pages"):
+        students_of(files, str(manifest), None)
+
+
 def test_answer_key_run_with_recorded_replies_writes_every_file_inside_out(tmp_path, budget, monkeypatch):
     pages = tmp_path / "pages"
     (pages / "a").mkdir(parents=True)

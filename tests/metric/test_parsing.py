@@ -230,3 +230,13 @@ def test_predictions_with_broken_bytes_and_deep_lines(tmp_path):
     path.write_text('{"id": "b", "response": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     with pytest.raises(PredictionsError, match=r"p\.jsonl:1: malformed JSON line"):
         read_predictions(path)
+
+
+@pytest.mark.parametrize(("item", "named"), [
+    ({"question_id": "3-2"}, "3-2"), ({"question": 3}, "3"), ({"qid": 3.0}, "3"), ({"id": " 7 "}, "7"),
+    ({"question_id": True}, None), ({"question_id": ""}, None), ({"question_id": [1]}, None), ({}, None),
+])
+def test_the_question_an_item_names(item, named):
+    from gbtrain.metric.parsing import normalize_items
+
+    assert normalize_items([{"bbox_2d": [0, 0, 1, 1], **item}])[0].question_id == named
