@@ -29,7 +29,8 @@ class SplitFlags:
 @dataclass(frozen=True)
 class HeldOut:
     """The resolved choice: `split` (a split name, or "all"), the build whose rule decides it (None: no build
-    applies), why, and whether --data is the folder that build was made from (so "all" includes training pages)."""
+    applies, --data is not its source or no build is known), why, and whether --data is the folder that build was
+    made from (so "all" includes training pages)."""
 
     split: str
     build: str | None
@@ -78,8 +79,9 @@ def resolve_held_out(data: str | Path, split: str, build: str | None, model_buil
             raise ValueError(f"--split {split}: --data {data} is not the folder {named} {source} was made from "
                              f"({built_from}): pass --split all for a folder it never saw, or the build made from "
                              f"--data")
-        return HeldOut("all", resolved, f"every record: --data is not the folder {named} was made from, so none "
-                                        f"of its pages were trained on", rule)
+        # every record, as without a build: the build decides nothing here (so evaluations compare alike)
+        return HeldOut("all", None, f"every record: --data is not the folder {named} {source} was made from, so "
+                                    f"none of its pages were trained on")
     chosen = "test" if split == "auto" else split
     why = {"test": "the test split of", "validation": "the validation split of",
            "train": "TRAINING PAGES of", "all": "every record, TRAINING PAGES INCLUDED, of"}[chosen]

@@ -40,6 +40,7 @@ def test_a_folder_the_build_never_saw_is_evaluated_whole(sft_dir, synth_dir, tmp
     shutil.copytree(synth_dir, other)
     held = resolve_held_out(other, "auto", None, str(sft_dir))
     assert held.split == "all" and not held.data_is_source and "none of its pages were trained on" in held.why
+    assert held.build is None  # as a base model's evaluation of the folder records it: the two compare
     with pytest.raises(ValueError, match=r"--split test: --data \S+ is not the folder --build \S+ was made from"):
         resolve_held_out(other, "test", str(sft_dir), None)
 
