@@ -16,6 +16,7 @@ from pathlib import Path
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.evaluation.html_report import write_comparison_page
 from gbtrain.evaluation.reports import METRICS, CompareRun, compare, compare_plot, read_outcomes
+from gbtrain.outputs import RUN_RECORD
 
 
 def _report(path: str) -> dict:
@@ -45,6 +46,11 @@ def _output(out: str, inputs: tuple[str, ...]) -> Path:
     clash = [p for p in inputs if Path(p).resolve() in written]
     if clash:
         raise ValueError(f"--out {out} would overwrite the input {clash[0]}: choose another --out")
+    folder = md.resolve().parent
+    if (folder / RUN_RECORD).is_file() or (folder / "report.json").is_file():
+        # gains.md/.png/.html beside an evaluation's own report.md/.html would replace them (--out BASE/report.md)
+        raise ValueError(f"--out {out} lies in an evaluation's folder ({folder}): write the comparison to a folder "
+                         f"of its own, e.g. --out gains.md")
     return md
 
 

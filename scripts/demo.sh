@@ -16,10 +16,15 @@
 # On a GPU machine, GBTRAIN_VENV=<an environment with CUDA torch and the extras> makes the same commands train and
 # evaluate on the GPU (.venv is CPU-only).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 FULL=false
 if [ "${1:-}" = "--full" ]; then FULL=true; shift; fi
-OUT=${1:-runs/demo-$(date +%Y%m%d-%H%M%S)}
+# OUT as given is read from the folder the demo was started in (demo.sh demo-out writes ./demo-out there, never
+# into the checkout); the default lies in the checkout's runs/
+if [ -n "${1:-}" ]; then
+  case "$1" in /*) OUT=$1 ;; *) OUT="$PWD/$1" ;; esac
+fi
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
 if [ "${DEMO_SMOKE:-0}" = 1 ]; then  # the same stages and code at the smallest counts that exercise them
   : "${DEMO_PAGES:=8}" "${DEMO_HELDOUT_PAGES:=4}" "${DEMO_CONVERSATIONS:=60}" "${DEMO_TRAIN_STEPS:=4}"
   : "${DEMO_WARMUP_STEPS:=4}" "${DEMO_EVAL_RECORDS:=2}" "${DEMO_EVAL_EVERY:=4}" "${DEMO_MAX_TOKENS:=32}"

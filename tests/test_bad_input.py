@@ -1361,6 +1361,15 @@ def compare_args(out: str = "{box}/out/gains.md") -> list[str]:
     return ["{box}/a.json", "{box}/b.json", "--out", out]
 
 
+def _evaluation_folder(env) -> None:
+    """{box}/ev as run_eval leaves it: its report.json (a.json's), report.md and report.html."""
+    ev = env.box / "ev"
+    ev.mkdir()
+    shutil.copy(env.box / "a.json", ev / "report.json")
+    for name in ("report.md", "report.html"):
+        (ev / name).write_text("the evaluation's own", encoding="utf-8")
+
+
 def compare_cases() -> list[Case]:
     def drop_setting(doc: dict) -> None:
         doc["settings"] = {k + "-x": v for k, v in doc["settings"].items()}
@@ -1374,6 +1383,10 @@ def compare_cases() -> list[Case]:
         Case("other-annotations", COMPARE, compare_args(), r"annotations_sha256: .*evaluate both with the same --data",
              setup=reports(edit_b=meta(annotations_sha256="0" * 16)), outputs=()),
         Case("other-limit", COMPARE, compare_args(), r"limit: 2 vs 3", setup=reports(edit_b=meta(limit=3)), outputs=()),
+        # --out BASE/report.md: the comparison's .md and .html would replace the evaluation's own
+        Case("out-in-an-evaluation", COMPARE, ["{box}/ev/report.json", "{box}/b.json", "--out", "{box}/ev/report.md"],
+             r"--out \S+/ev/report\.md lies in an evaluation's folder \(\S+/ev\): write the comparison to a folder "
+             r"of its own", setup=chain(reports(), lambda env: _evaluation_folder(env)), outputs=()),
         Case("other-judge", COMPARE, compare_args(), r"judge: 'rule' vs 'vllm:x'",
              setup=reports(edit_b=meta(judge="vllm:x")), outputs=()),
         Case("other-scorer", COMPARE, compare_args(), r"scorer_sha256: '\w+' vs 'x'",

@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
     out = tmp_path / "demo"
     env = {**os.environ, "DEMO_SMOKE": "1"}
-    done = subprocess.run(["scripts/demo.sh", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # started from another folder with a relative OUT, as a user types it: OUT is that folder's, not the checkout's
+    done = subprocess.run([str(ROOT / "scripts" / "demo.sh"), "demo"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not (ROOT / "demo").exists()
     for artifact in ("gains.md", "eval-base/report.md", "eval-base/report.html", "eval-sft/report.md",
                      "eval-sft/report.html", "eval-sft/report.json", "image_reliance.json",
                      "sft-model/train_summary.json", "logs/train.log", "logs/eval-base.log", "logs/eval-sft.log"):

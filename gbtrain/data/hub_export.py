@@ -29,6 +29,7 @@ import yaml
 from gbtrain.config import option
 from gbtrain.data.sft_dataset import dataset_coords, dataset_pixel_budget, finished_build, load_sft_dataset
 from gbtrain.data.splits import SPLITS
+from gbtrain.files import read_json, write_atomic
 from gbtrain.outputs import HUB_EXPORT_RECORD, SYNTH_RECORD, claim_rebuilt_folder, overlapping, require_out
 
 README = "README.md"
@@ -55,9 +56,7 @@ def check_export(run: HubExportRun) -> None:
     if overlap:
         raise ValueError(f"{overlap[0]}: write the export to a folder of its own")
     out = Path(run.out)
-    held = {p.name for p in out.iterdir()} if out.is_dir() else set()
-    killed = held <= set(_OUTPUTS) and held & set(SPLITS)  # what an export stopped before its record leaves
-    claim_rebuilt_folder(out, "--out", "export_hub", HUB_EXPORT_RECORD in held or bool(killed))
+    earlier_export_files(out)
     if run.push_to_hub is not None:
         from huggingface_hub import constants
         from huggingface_hub.utils import validate_repo_id
@@ -69,6 +68,35 @@ def check_export(run: HubExportRun) -> None:
         if run.license == "unknown":
             raise ValueError(f"--push-to-hub {run.push_to_hub}: say under which licence the pages may be shared "
                              f"(--license cc-by-4.0, other, ...); the build does not record it")
+
+
+def _files(out: Path) -> set[str]:
+    """Every file an export may have written or replace, by its path under `out` (its record aside)."""
+    return {p.relative_to(out).as_posix() for name in _OUTPUTS if name != HUB_EXPORT_RECORD
+            for p in ([out / name] if (out / name).is_file() else (out / name).rglob("*")) if p.is_file()}
+
+
+def earlier_export_files(out: Path) -> set[str]:
+    """The files of an earlier export in `out` that a rerun replaces: those its record lists, or, for an export
+    stopped before it finished (its record says unfinished, written before anything else), every file under the
+    export's names. A folder without a readable record, or a file there (a user's train/mine.csv) that no record
+    vouches for, is refused: nothing is deleted that this tool did not write."""
+    try:
+        record = read_json(out / HUB_EXPORT_RECORD) if (out / HUB_EXPORT_RECORD).is_file() else None
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("files", []), list):
+        record = None
+    claim_rebuilt_folder(out, "--out", "export_hub", record is not None)
+    present = _files(out) if out.is_dir() else set()
+    if record is None:
+        return present  # an empty folder, or none
+    ours = present if record.get("status") == "unfinished" else {str(f) for f in record.get("files", [])}
+    foreign = sorted(present - ours)
+    if foreign:
+        raise ValueError(f"--out {out} holds {foreign[0]} ({len(foreign)} files) that export_hub did not write "
+                         f"(its {HUB_EXPORT_RECORD} does not list them): move them away, or choose another --out")
+    return present
 
 
 def export_hub(run: HubExportRun) -> dict:
@@ -88,14 +116,15 @@ def export_hub(run: HubExportRun) -> dict:
     # leaves an empty split's features as they were: it is made anew with the export's.)
     dd = DatasetDict({name: split.select_columns(columns).cast(features, keep_in_memory=True) if len(split) else
                       Dataset.from_dict({c: [] for c in columns}, features=features) for name, split in dd.items()})
-    (out / HUB_EXPORT_RECORD).unlink(missing_ok=True)
-    for name in _OUTPUTS:
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+    replaced = earlier_export_files(out)
     out.mkdir(parents=True, exist_ok=True)
+    # first: a run stopped from here on leaves a record that vouches for what it wrote
+    write_atomic(out / HUB_EXPORT_RECORD, json.dumps({"status": "unfinished", "build": str(build)}) + "\n")
+    for name in sorted(replaced):
+        (out / name).unlink()
+    for name in SPLITS:  # the folders the earlier export's files left, now empty
+        if (out / name).is_dir() and not any(p.is_file() for p in (out / name).rglob("*")):
+            shutil.rmtree(out / name)
     # datasets embeds the bytes of each local image file it writes, but counts its shards without them: as many as
     # SHARD_BYTES of images need (cut by rows, so they differ in size; an empty split keeps one for load_from_disk)
     split_bytes = {name: sum(sizes[p] for row in rows for p in row) for name, rows in paths.items()}
@@ -108,7 +137,8 @@ def export_hub(run: HubExportRun) -> dict:
     (out / README).write_text(render_readme(build, record), encoding="utf-8")
     record |= {"build_bytes": folder_bytes(build), "export_bytes": folder_bytes(out),
                "seconds": round(time.perf_counter() - start, 1)}
-    (out / HUB_EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    record |= {"status": "complete", "files": sorted(_files(out))}
+    write_atomic(out / HUB_EXPORT_RECORD, json.dumps(record, indent=1) + "\n")
     if run.push_to_hub is not None:
         push(out, run.push_to_hub, run.private, render_readme(build, record, local_files=False))
     return record

@@ -331,8 +331,18 @@ def load_sft_dataset(out: str | Path, decode_images: bool = True):
 
 def _with_image_files(split, name: str, out: Path):
     """`split` with each image path joined to `out` (an absolute one, of a build made before paths were relative,
-    stays as it is); a missing file is an error here rather than in the middle of training."""
+    stays as it is); a path outside OUT/images (`../private/secret.jpg`) or a missing file is an error here rather
+    than in the middle of training or an export."""
     paths = [[str(out / p) for p in row] for row in split["images"]]
+    def lexical(path) -> Path:  # `..` taken out without following links: a build's images may be links
+        return Path(os.path.normpath(Path(path).absolute()))
+
+    inside = lexical(out / IMAGES_DIR)
+    outside = next((p for row in paths for p in row if not lexical(p).is_relative_to(inside)), None)
+    if outside is not None:  # a row edited to name any file (../private/secret.jpg) would be trained on or exported
+        raise ValueError(f"{out}: a {name} row names the image {outside!r:.120}, which is not under {IMAGES_DIR}/ of "
+                         f"the build: rows name only the build's own images; build it again with "
+                         f"data_builders/build_sft.py")
     missing = sorted({p for row in paths for p in row if not Path(p).is_file()})
     if missing:
         raise FileNotFoundError(f"{out}: {len(missing)} image(s) that its {name} rows name are missing "

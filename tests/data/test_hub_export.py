@@ -76,18 +76,42 @@ def test_the_readme_is_the_card_with_true_front_matter(exported, sft_dir, budget
     assert loaded["train"][0]["sample_id"] == build["train"][0]["sample_id"]
 
 
-def test_a_rerun_replaces_an_earlier_or_stopped_export(sft_dir, tmp_path):
+def test_a_rerun_replaces_an_earlier_or_stopped_export_and_nothing_else(sft_dir, tmp_path):
     out = tmp_path / "again"
     run = HubExportRun(build=str(sft_dir), out=str(out), license="cc-by-4.0")
     export_hub(run)
-    (out / HUB_EXPORT_RECORD).unlink()  # stopped before its record: only the export's own files are there
+    record = json.loads((out / HUB_EXPORT_RECORD).read_text())
+    assert record["status"] == "complete" and "README.md" in record["files"]
+    (out / HUB_EXPORT_RECORD).write_text('{"status": "unfinished"}')  # stopped: its first record is all there is
     export_hub(run)
-    stale = out / "train" / "data-00007-of-00008.arrow"  # a shard of an earlier, larger export
+    stale = out / "train" / "data-00007-of-00008.arrow"  # a shard of an earlier, larger export, which listed it
     stale.write_bytes(b"old")
-    (out / "notes.txt").write_text("mine")
+    record = json.loads((out / HUB_EXPORT_RECORD).read_text())
+    (out / HUB_EXPORT_RECORD).write_text(json.dumps(record | {"files": [*record["files"], stale.relative_to(
+        out).as_posix()]}))
+    (out / "notes.txt").write_text("mine")  # beside the export, not one of its names: never touched
     export_hub(run)
     assert not stale.exists() and (out / "notes.txt").read_text() == "mine"
     assert front_matter(out / "README.md")["license"] == "cc-by-4.0"
+    mine = out / "train" / "mine.csv"  # a user's file among the export's own: no record vouches for it
+    mine.write_text("the user's")
+    listing = files_under(tmp_path)
+    with pytest.raises(ValueError, match=r"holds train/mine\.csv \(1 files\) that export_hub did not write"):
+        export_hub(run)
+    assert files_under(tmp_path) == listing
+
+
+def test_files_shaped_like_an_export_without_its_record_are_never_deleted(sft_dir, tmp_path):
+    """The user's own train/, README.md and parquet files (no gbtrain_export.json): not taken for a stopped export."""
+    out = tmp_path / "mine"
+    (out / "train").mkdir(parents=True)
+    (out / "train" / "mine.csv").write_text("x")
+    (out / "README.md").write_text("# my dataset")
+    (out / "train" / "part-0.parquet").write_bytes(b"PAR1")
+    listing = files_under(tmp_path)
+    with pytest.raises(ValueError, match="holds files that export_hub did not write"):
+        export_hub(HubExportRun(build=str(sft_dir), out=str(out)))
+    assert files_under(tmp_path) == listing
 
 
 @pytest.mark.parametrize("where", ["build", "inside", "around", "other-files"])
@@ -143,3 +167,31 @@ def test_trl_trains_a_step_on_the_export_without_gbtrain(exported, tiny_model_di
                      dataloader_num_workers=0)
     result = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=processor).train()
     assert result.global_step == 1 and result.training_loss > 0
+
+
+def test_a_row_naming_a_file_outside_the_build_is_refused(sft_dir, tmp_path):
+    """A build row edited to name any file (../private/secret.jpg, an absolute path) is neither trained on nor
+    embedded in an export, ready for --push-to-hub."""
+    import shutil
+
+    from datasets import load_from_disk
+
+    from gbtrain.data.sft_dataset import load_sft_dataset
+
+    build = tmp_path / "build"
+    shutil.copytree(sft_dir, build)
+    secret = tmp_path / "private" / "secret.jpg"
+    secret.parent.mkdir()
+    secret.write_bytes((build / "images").rglob("*.jpg").__next__().read_bytes())
+    for bad in ("../private/secret.jpg", str(secret)):
+        dd = load_from_disk(str(sft_dir))
+        dd["train"] = dd["train"].map(lambda row, i, p=bad: {"images": [p] if i == 0 else row["images"]},
+                                      with_indices=True)
+        shutil.rmtree(build / "train")
+        dd["train"].save_to_disk(str(build / "train"))
+        with pytest.raises(ValueError, match=r"a train row names the image .*secret\.jpg.*, which is not under "
+                                             r"images/"):
+            load_sft_dataset(build)
+        with pytest.raises(ValueError, match="not under images/"):
+            export_hub(HubExportRun(str(build), str(tmp_path / "export")))
+        assert not (tmp_path / "export").exists()
