@@ -114,6 +114,12 @@ def _vocabularies(data_dir: Path) -> dict[str, _Vocabulary]:
                "question_types": QUESTION_TYPES, "content_formats": CONTENT_FORMATS}
     bad = [f"{section}.{k}: {v!r} is not one of {', '.join(allowed[section])}"
            for section in allowed for k, v in getattr(user, section).items() if v not in allowed[section]]
+    builtin = {"labels": LABEL_WORDS, "stages": STAGE_ALIASES, "question_types": QUESTION_TYPE_ALIASES,
+               "content_formats": CONTENT_FORMAT_ALIASES}
+    # the benchmark's own words keep their meaning: `labels: {right: wrong}` would turn every verdict round
+    bad += [f"{section}.{k}: {k!r} already names {alias_lookup(builtin[section], k)!r}; map only your own words"
+            for section in builtin for k, v in getattr(user, section).items()
+            if alias_lookup(builtin[section], k) not in (None, v)]
     if bad:
         raise AnnotationError([Problem(str(path), None, "; ".join(bad))])
     return {
@@ -497,6 +503,9 @@ def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check
                 raise ValueError(f"duplicate record id (first at position {seen[rid]}, again at {index})")
             seen[rid] = index
             record = parse_record(raw, level, reading)
+            if record.page is not None and not record.page.strip():
+                raise ValueError(f"page_id {record.page!r} is blank: name the page the record was cut from, or leave "
+                                 f"page_id out (an L1 crop's then comes from its image name)")
             if level == L1 and record.page is None:
                 record.page = _crop_page(record.image)
                 out.pages_from_names.add(record.record_id)
@@ -531,24 +540,31 @@ def load_dataset(data_dir: str | Path, levels: tuple[str, ...] | list[str] | Non
 
 
 def _check_crop_pages(data_dir: Path, loaded: dict[str, LoadedLevel], lenient: bool) -> None:
-    """An L1 crop whose page came from its name must name a page of the L2/L3 files, when there are any: else the
-    naming is not the benchmark's and the split would guess. Lenient: such crops are skipped, listed."""
+    """An L1 crop must name a page of the L2/L3 files, when there are any, whether by page_id (a misspelt one would
+    split the page's crops from it) or by its image name (else the naming is not the benchmark's and the split would
+    guess). Lenient: such crops are skipped, listed."""
     pages = {r.page_id for lvl in (L2, L3) if lvl in loaded for r in loaded[lvl].records}
     if L1 not in loaded or not pages:
         return
     level = loaded[L1]
-    stray = [r for r in level.records if r.record_id in level.pages_from_names and r.page not in pages]
+    stray = [r for r in level.records if r.page not in pages]
     if not stray:
         return
     fname = str(annotation_path(data_dir, L1))
-    why = ("no page_id, and {page!r} (its image name up to the last '_') is no page of the L2/L3 files: add page_id "
-           "(the page it was cut from), so that a page's crops stay in one split")
+
+    def why(r: Record) -> str:
+        if r.record_id in level.pages_from_names:
+            return (f"no page_id, and {r.page!r} (its image name up to the last '_') is no page of the L2/L3 files: "
+                    f"add page_id (the page it was cut from), so that a page's crops stay in one split")
+        return (f"page_id {r.page!r} is no page of the L2/L3 files: correct it (the page the crop was cut from), so "
+                f"that a page's crops stay in one split")
+
     if not lenient:
         others = f" ({len(stray) - 1} more crops alike)" if len(stray) > 1 else ""
-        raise AnnotationError([Problem(fname, stray[0].record_id, why.format(page=stray[0].page) + others)])
+        raise AnnotationError([Problem(fname, stray[0].record_id, why(stray[0]) + others)])
     gone = {r.record_id for r in stray}
     level.records = [r for r in level.records if r.record_id not in gone]
-    level.skipped += [Problem(fname, r.record_id, why.format(page=r.page)) for r in stray]
+    level.skipped += [Problem(fname, r.record_id, why(r)) for r in stray]
 
 
 def _mark_to_raw(m: Mark) -> dict:
