@@ -973,6 +973,10 @@ def build_cases() -> list[Case]:
              r"unknown record key 'page_Id' \(did you mean 'page_id'\?\) on 1 record\(s\): rename it, or pass "
              r"--lenient",
              setup=chain(data({"L1": 1}), edit_record("L1", 0, set_key("page_Id", "p1"))), outputs=()),
+        Case("attribute-key-misspelled", BUILD, build_args(data="{box}/data"),
+             r"unknown mark attribute key 'scroe' \(did you mean 'score'\?\) on 1 mark attribute\(s\): rename it, or "
+             r"pass --lenient",
+             setup=chain(data({"L1": 1}), edit_record("L1", 0, set_key("marks.0.attributes.scroe", 2))), outputs=()),
         Case("group-id-null", BUILD, build_args(data="{box}/data"), r"mark 0: answer mark without attributes\.id",
              setup=chain(data({"L1": 1}), edit_record("L1", 0, set_key("marks.0.attributes.id", None))), outputs=()),
         Case("crop-without-page-id-unnamed", BUILD, build_args(data="{box}/data"),

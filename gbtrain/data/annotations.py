@@ -183,7 +183,7 @@ class _Reading:
                             f"({vocab.section}: {{{raw}: ...}}) or pass --lenient to take it as {fallback!r}")
             lines.append(Problem(fname, self.first[(kind, raw)], message))
         for (where, key), n in sorted(self.unknown_keys.items()):
-            known = _KNOWN_RECORD_KEYS if where == "record" else _KNOWN_MARK_KEYS
+            known = {"record": _KNOWN_RECORD_KEYS, "mark": _KNOWN_MARK_KEYS}.get(where, _KNOWN_ATTRS)
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             message = (f"unknown {where} key {key!r} on {n} {where}(s), kept as an extra field (--lenient)" if lenient
@@ -359,7 +359,7 @@ def _parse_mark(raw: dict, index: int, reading: _Reading) -> Mark:
         question_id=_text(qid, f"{where} question id"),
         **{key: _points(attrs.get(key), f"{where} attributes.{key}") for key in POINT_NUMBERS},
         **{key: _text(attrs.get(key), f"{where} attributes.{key}") for key in POINT_TEXTS},
-        extra_attributes={k: v for k, v in attrs.items() if k not in _KNOWN_ATTRS},
+        extra_attributes=reading.keys("mark attribute", attrs, _KNOWN_ATTRS),  # a misspelt "scroe" is not lost
         extra=reading.keys("mark", raw, _KNOWN_MARK_KEYS),
     )
 
