@@ -64,9 +64,10 @@ def test_readme_commands_in_a_clean_environment(first_steps, tmp_path):
 
     ballast = b"\x01" * (HELD_GIB * 2**30)  # resident memory held by "other programs" while vLLM starts
     reports = {}
-    # the base model is told the budget and convention; the fine-tuned one reads them from its checkpoint
+    # the base model is told the budget, convention and build (whose held-out pages both are scored on); the
+    # fine-tuned one reads them from its checkpoint
     for name, checkpoint, extra in (("base", model, ["--coords", "rel1000", "--min-pixels", 3136, "--max-pixels",
-                                                     50176]), ("sft", trained, [])):
+                                                     50176, "--build", sft]), ("sft", trained, [])):
         out = tmp_path / f"eval-{name}"
         run(["python", "eval/run_eval.py", "--model", checkpoint, "--data", pages, "--out", out, "--settings",
              "L1-af,L3-ab", "--limit", 2, "--max-tokens", 32, "--max-model-len", 4096, *extra], env)
@@ -76,6 +77,7 @@ def test_readme_commands_in_a_clean_environment(first_steps, tmp_path):
     assert {k: reports["sft"]["meta"][k] for k in ("coords", "min_pixels", "max_pixels")} == {
         "coords": "rel1000", "min_pixels": 3136, "max_pixels": 50176}
     assert all(set(r["settings"]) == {"L1-af", "L3-ab"} for r in reports.values())
+    assert {r["meta"]["held_out"]["split"] for r in reports.values()} == {"test"}
 
     scored = tmp_path / "L3-ab.json"
     printed = run(["python", "eval/score.py", "--data", pages, "--level", "L3", "--mode", "answer-based",

