@@ -337,11 +337,18 @@ def _with_image_files(split, name: str, out: Path):
     def lexical(path) -> Path:  # `..` taken out without following links: a build's images may be links
         return Path(os.path.normpath(Path(path).absolute()))
 
+    def a_builds_image(path: Path) -> bool:
+        """Under OUT/images, or (a row written as an absolute path: an older build, or a subset of one) under the
+        images folder of a build (beside its build_config.yaml)."""
+        if path.is_relative_to(inside):
+            return True
+        return any(a.name == IMAGES_DIR and (a.parent / "build_config.yaml").is_file() for a in path.parents)
+
     inside = lexical(out / IMAGES_DIR)
-    outside = next((p for row in paths for p in row if not lexical(p).is_relative_to(inside)), None)
+    outside = next((p for row in paths for p in row if not a_builds_image(lexical(p))), None)
     if outside is not None:  # a row edited to name any file (../private/secret.jpg) would be trained on or exported
         raise ValueError(f"{out}: a {name} row names the image {outside!r:.120}, which is not under {IMAGES_DIR}/ of "
-                         f"the build: rows name only the build's own images; build it again with "
+                         f"a build: rows name only a build's own images; build it again with "
                          f"data_builders/build_sft.py")
     missing = sorted({p for row in paths for p in row if not Path(p).is_file()})
     if missing:

@@ -190,7 +190,7 @@ def test_a_row_naming_a_file_outside_the_build_is_refused(sft_dir, tmp_path):
         shutil.rmtree(build / "train")
         dd["train"].save_to_disk(str(build / "train"))
         with pytest.raises(ValueError, match=r"a train row names the image .*secret\.jpg.*, which is not under "
-                                             r"images/"):
+                                             r"images/ of a build"):
             load_sft_dataset(build)
         with pytest.raises(ValueError, match="not under images/"):
             export_hub(HubExportRun(str(build), str(tmp_path / "export")))
