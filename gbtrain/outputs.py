@@ -7,7 +7,7 @@ input, and never mixes its work with work made otherwise (another model, config 
 | data_builders/synth_pages.py | a GradingBench folder | SYNTH_RECORD (last) |
 | data_builders/convert.py | a GradingBench folder | CONVERT_REPORT (first, "unfinished"; then complete) |
 | data_builders/build_sft.py | the SFT dataset | the build's own files (gbtrain.data.sft_dataset.BUILD_FILES) |
-| data_builders/export_hub.py | a Hub dataset | HUB_EXPORT_RECORD (last) |
+| data_builders/export_hub.py | a Hub dataset | HUB_EXPORT_RECORD (first, "unfinished"; then the files it wrote) |
 | recipes/sft_qwen.py | checkpoints | TRAINING_RECORD (first); each checkpoint's COMPLETE_MARKER |
 | eval/run_eval.py, eval/grade_pages.py | predictions; graded pages | RUN_RECORD (claim_output_folder) |
 | eval/select_checkpoint.py | evaluations, the copy | SELECTION_RECORD; COPY_MARKER and SELECTIVE_RECORD in the copy |

@@ -60,12 +60,9 @@ def points_from_text(text: str) -> int | float:
     if not _NUMBER.fullmatch(cleaned):
         raise ValueError("not a finite number" if cleaned.lower().lstrip("+-") in ("nan", "inf", "infinity")
                          else "not a number")
-    # past 64 digits an integer is read as a float (infinite past 309 digits): int() refuses 4,300 digits
+    # past 64 digits an integer is read as a float (infinite past 309 digits, where int() would overflow float
+    # arithmetic later; it refuses 4,300 digits outright)
     value = int(cleaned) if _INTEGER.fullmatch(cleaned) and len(cleaned) <= 64 else float(cleaned)
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:  # an integer beyond a float's range
-        finite = False
-    if not finite:
+    if not math.isfinite(value):
         raise ValueError("not a finite number")
     return value

@@ -69,7 +69,14 @@ def resolve_held_out(data: str | Path, split: str, build: str | None, model_buil
                f"(pass --build)" if source else "every record: no training build is known (a base model, or one "
                                                 "gbtrain did not train)")
         return HeldOut("all", None, why)
-    cfg = finished_build(source)
+    try:
+        cfg = finished_build(source)
+    except (OSError, ValueError):
+        if build is not None or split not in ("auto", "all"):
+            raise
+        # the checkpoint's build, moved or damaged since: as if gone (grade_pages and a foreign folder need none)
+        return HeldOut("all", None, f"every record: the checkpoint's training build {source} cannot be read, so its "
+                                    f"held-out pages are unknown (pass --build)")
     rule = SplitRule.of(cfg)
     built_from = Path(str(cfg.data)).resolve()
     same = built_from == Path(data).resolve()

@@ -49,14 +49,15 @@ class HubExportRun:
     private: bool = option(True, "create the Hub repo as private (exam pages carry students' handwriting)")
 
 
-def check_export(run: HubExportRun) -> None:
-    """Everything that can be refused before any work: the output folder, and a push that cannot happen."""
+def check_export(run: HubExportRun) -> set[str]:
+    """Everything that can be refused before any work: the output folder, and a push that cannot happen. Returns
+    the earlier export's files a rerun replaces (earlier_export_files)."""
     require_out(run.out)
     overlap = overlapping("out", run.out, {"build": run.build})
     if overlap:
         raise ValueError(f"{overlap[0]}: write the export to a folder of its own")
     out = Path(run.out)
-    earlier_export_files(out)
+    replaced = earlier_export_files(out)
     if run.push_to_hub is not None:
         from huggingface_hub import constants
         from huggingface_hub.utils import validate_repo_id
@@ -68,6 +69,7 @@ def check_export(run: HubExportRun) -> None:
         if run.license == "unknown":
             raise ValueError(f"--push-to-hub {run.push_to_hub}: say under which licence the pages may be shared "
                              f"(--license cc-by-4.0, other, ...); the build does not record it")
+    return replaced
 
 
 def _files(out: Path) -> set[str]:
@@ -104,7 +106,7 @@ def export_hub(run: HubExportRun) -> dict:
     from datasets import Dataset, DatasetDict, Features, Image, List
 
     start = time.perf_counter()
-    check_export(run)
+    replaced = check_export(run)
     build, out = Path(run.build), Path(run.out)
     dd = load_sft_dataset(build, decode_images=False)  # every image file checked to exist before anything is removed
     columns = dd[SPLITS[0]].column_names
@@ -116,7 +118,6 @@ def export_hub(run: HubExportRun) -> dict:
     # leaves an empty split's features as they were: it is made anew with the export's.)
     dd = DatasetDict({name: split.select_columns(columns).cast(features, keep_in_memory=True) if len(split) else
                       Dataset.from_dict({c: [] for c in columns}, features=features) for name, split in dd.items()})
-    replaced = earlier_export_files(out)
     out.mkdir(parents=True, exist_ok=True)
     # first: a run stopped from here on leaves a record that vouches for what it wrote
     write_atomic(out / HUB_EXPORT_RECORD, json.dumps({"status": "unfinished", "build": str(build)}) + "\n")

@@ -57,7 +57,11 @@ class SplitRule:
         if found is None:
             raise ValueError(f"record {record.record_id}: its image {record.image!r:.80} does not match split_group "
                              f"{self.group!r}: name every page's student or exam in its path, or change split_group")
-        return (found.group(1) if found.re.groups else found.group(0)) or record.page_id
+        group = found.group(1) if found.re.groups else found.group(0)
+        if not group:  # hashing the page instead would split a group's pages as if it had none
+            raise ValueError(f"record {record.record_id}: split_group {self.group!r} matches its image "
+                             f"{record.image!r:.80} but names no student or exam (an empty match): change split_group")
+        return group
 
     def split(self, record: Record) -> str:
         return split_of(self.key(record), self.seed, self.validation_share, self.test_share)

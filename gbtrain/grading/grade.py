@@ -137,7 +137,7 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
     pages, unreadable = find_pages(folder)
     if not pages and not unreadable:
         raise ValueError(f"{folder}: no pages (image files {', '.join(IMAGE_SUFFIXES)}, or PDF files)")
-    students = students_of([*{p.rel for p in pages}, *(u["page"] for u in unreadable)], run.students,
+    students = students_of(sorted({p.rel for p in pages} | {u["page"] for u in unreadable}), run.students,
                            run.student_pattern)
     out = Path(run.out)
     with FolderLock(out):

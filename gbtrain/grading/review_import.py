@@ -141,7 +141,7 @@ def sheet_edits(row: dict, item: dict, page: GradedPage, where: str) -> list[str
     changed = []
     if _number(row.get("full_score"), where, "full_score") != item.get("full_score"):
         changed.append("full_score")
-    if (row.get("question_id") or "").strip() != (item["question_id"] or ""):
+    if _cell_text(row.get("question_id")).strip() != (item["question_id"] or ""):
         changed.append("question_id")
     if _cell_text(row.get("text")) != item["text"]:
         changed.append("text")
@@ -161,17 +161,18 @@ def key_full_score(item: dict, full: float | None, where: str) -> None:
                          f"question's points (change the key and grade again), so leave it as exported")
 
 
-def sheet_grade(row: dict, item: dict, page: GradedPage, where: str) -> Graded:
+def sheet_grade(row: dict, item: dict, page: GradedPage, where: str, edits: list[str]) -> Graded:
     """The item as the teacher left it in the sheet: their verdict and points (the model's where empty), the
-    question id, transcription and box as edited, a second teacher's points and the arbitration note. The full
-    score is the answer key's: a sheet that changes it is refused (a teacher may give one where the key had none)."""
+    question id, transcription and box as edited (`edits`: sheet_edits of the row), a second teacher's points and
+    the arbitration note. The full score is the answer key's: a sheet that changes it is refused (a teacher may give
+    one where the key had none)."""
     full = _number(row.get("full_score"), where, "full_score")
     key_full_score(item, full, where)
     score = _number(row.get("score"), where, "score")
     verdict = _verdict(row["correctness"], where) if (row.get("correctness") or "").strip() else model_verdict(item)
-    box = item["box"] if "box" not in sheet_edits(row, item, page, where) else sheet_box(row, page, where)
+    box = sheet_box(row, page, where) if "box" in edits else item["box"]
     teacher = Graded(box, verdict, model_points(item) if score is None else score, full, _cell_text(row.get("text")),
-                     (row.get("question_id") or "").strip() or None,
+                     _cell_text(row.get("question_id")).strip() or None,
                      _question_type(row.get("question_type"), where) or item.get("question_type"),
                      item.get("reference"), _number(row.get("score_2"), where, "score_2"),
                      (row.get("arbitration") or "").strip() or None)
@@ -216,8 +217,8 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         said = (row.get("reviewed") or "").strip().lower()
         if said and said not in YES + NO:
             raise ValueError(f"{where}: reviewed {said!r:.20} is neither yes nor no: write yes, or leave it empty")
-        corrected = [c for c in TEACHER_COLUMNS[1:] if (row.get(c) or "").strip()] + sheet_edits(row, item, page,
-                                                                                                where)
+        edits = sheet_edits(row, item, page, where)
+        corrected = [c for c in TEACHER_COLUMNS[1:] if (row.get(c) or "").strip()] + edits
         if said in NO and corrected:
             raise ValueError(f"{where}: reviewed says {said!r:.10} but the row holds a correction "
                              f"({', '.join(corrected)}): write yes to keep it, or clear it")
@@ -225,7 +226,7 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
             review.unreviewed += 1
             continue
         done[page.review_id] += 1
-        teacher = sheet_grade(row, item, page, where)
+        teacher = sheet_grade(row, item, page, where, edits)
         review.items.append(Reviewed(page.name, item, teacher, (row.get("reason") or "").strip() or None))
     review.unreviewed += sum(len(p.record["items"]) for p in pages) - len(seen)
     review.pages = {p.name: p for p in pages if p.record["items"] and done[p.review_id] == len(p.record["items"])}

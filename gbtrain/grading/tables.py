@@ -1,5 +1,6 @@
-"""The tables of a graded folder: grades.csv (one row per item), totals.csv (one per page) and summary.json,
-rewritten from the page files at the end of every run."""
+"""The tables of a graded folder: grades.csv (one row per item), totals.csv (one per page), questions.csv (one per
+keyed question of a page), documents.csv (one per PDF or image file), students.csv (one per student, when pages are
+given students) and summary.json, rewritten from the page files at the end of every run."""
 
 from __future__ import annotations
 
@@ -53,19 +54,13 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
     earlier runs'), in page order; returns the summary. `threshold`: the review threshold in force and where it
     came from (review_threshold)."""
     records = [read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
-    with open(out / "grades.csv", "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(GRADE_COLUMNS)
-        for r in records:
-            for it in r["items"]:
-                box = it["box"] or ["", "", "", ""]
-                # none on pages graded before points, or before confidences
-                points = [table_value(it.get(k)) for k in ("score", "full_score")]
-                confidences = [table_value(it.get(k)) for k in ("confidence", "box_confidence")]
-                w.writerow(map(csv_cell, [r["page"], it["index"] + 1, it["question_id"] or "", it["text"], it["answer"],
-                                          "" if it["correctness"] is None else str(it["correctness"]).lower(),
-                                          *points, *box, *confidences, str(bool(it.get("review"))).lower(),
-                                          r["status"]]))
+    # an item's score, full score and confidences are absent on pages graded before points or confidences
+    _write_csv(out / "grades.csv", GRADE_COLUMNS, [
+        {"page": r["page"], "item": it["index"] + 1, "question_id": it["question_id"] or "", "text": it["text"],
+         "answer": it["answer"], "correctness": "" if it["correctness"] is None else str(it["correctness"]).lower(),
+         **{k: it.get(k) for k in ("score", "full_score", "confidence", "box_confidence")},
+         **dict(zip(("x1", "y1", "x2", "y2"), it["box"] or [None] * 4, strict=True)),
+         "review": str(bool(it.get("review"))).lower(), "status": r["status"]} for r in records for it in r["items"]])
     place = {r["page"]: {"document": r["source"], "student": (students or {}).get(r["source"])} for r in records}
     # pages graded before points have no points totals, those before thresholds no review count, those before
     # question ids no question counts
@@ -82,6 +77,8 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
     if per_student is not None:
         _write_csv(out / "students.csv", ("student", *GROUP_COLUMNS), [{"student": k, **v}
                                                                        for k, v in per_student.items()])
+    else:  # an earlier run's, made with students this run was not given: it would not match the other tables
+        (out / "students.csv").unlink(missing_ok=True)
     items = [it for r in records for it in r["items"]]
     summary = {"run": identity, "pages": len(records), **{k: _sum(per_page, k) for k in COUNTS},
                "review_threshold": threshold, "without_confidence": sum(it.get("confidence") is None for it in items),

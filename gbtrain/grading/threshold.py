@@ -81,9 +81,9 @@ class ThresholdOptions(Protocol):
 
 def review_threshold(run: ThresholdOptions) -> dict | None:
     """The review threshold in force and where it comes from ({"threshold", "source", ...}), or None. In order:
-    --review-threshold; --target-accuracy or --review-budget, chosen (selective.choose_threshold) from the
-    validation table recorded in --model for this run's setting (L3, its mode); else the threshold recorded
-    there, the one select_checkpoint chose; else none."""
+    --review-threshold; --target-accuracy, --review-budget or --max-error, chosen (selective.choose_threshold) from
+    the validation table recorded in --model for this run's setting (L3, its mode); else the threshold recorded
+    there, the one select_checkpoint chose (with its figures: a certified one's bound too); else none."""
     rule = run.selective_rule()
     if run.review_threshold is not None:
         if rule:
@@ -98,8 +98,8 @@ def review_threshold(run: ThresholdOptions) -> dict | None:
     if record is None:
         if rule:
             raise ValueError(f"{rule_flag(rule)}: --model {run.model} holds no {SELECTIVE_RECORD} "
-                             f"(the validation table select_checkpoint records with --copy-best and {TARGET_FLAG} or "
-                             f"{BUDGET_FLAG}): record one, or give --review-threshold")
+                             f"(the validation table select_checkpoint records with --copy-best and {TARGET_FLAG}, "
+                             f"{BUDGET_FLAG} or {CERTIFIED_FLAG}): record one, or give --review-threshold")
         return None
     setting = setting_name(L3, run.mode)
     chosen = record["settings"].get(setting)
@@ -114,8 +114,8 @@ def review_threshold(run: ThresholdOptions) -> dict | None:
             raise ValueError(f"{path}, {setting}: {e}") from None
     elif chosen["threshold"] is None:
         raise ValueError(f"{path}: select_checkpoint chose no threshold for {setting} ({chosen.get('problem')}): "
-                         f"give {TARGET_FLAG}, {BUDGET_FLAG} or --review-threshold")
+                         f"give {TARGET_FLAG}, {BUDGET_FLAG}, {CERTIFIED_FLAG} or --review-threshold")
     else:
-        picked, rule = {k: chosen[k] for k in ("threshold", "coverage", "accuracy", "review_share")}, record["rule"]
+        picked, rule = {k: v for k, v in chosen.items() if k not in ("table", "problem")}, record["rule"]
     return {**picked, "source": str(path.resolve()), "setting": setting, "rule": rule,
             "evaluation": record.get("evaluation")}

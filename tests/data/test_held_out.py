@@ -14,14 +14,32 @@ from gbtrain.data.splits import SplitRule, split_of
 from gbtrain.schema import Record
 
 
-def test_auto_is_the_test_split_of_the_build_made_from_data(sft_dir, synth_dir):
+@pytest.fixture(scope="module")
+def held_build(synth_dir, tmp_path_factory):
+    """A build of the synthetic pages whose test and validation splits both hold pages (the session's shared build,
+    10% test of 12 pages, holds none), built without a tokenizer (its lengths estimated)."""
+    from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS
+
+    from gbtrain.coords import PixelBudget
+    from gbtrain.data.build_config import BuildConfig
+    from gbtrain.data.sft_dataset import build_sft_dataset
+
+    out = tmp_path_factory.mktemp("held") / "sft"
+    build_sft_dataset(BuildConfig(data=str(synth_dir), out=str(out), target_count=40, seed=1, validation_share=0.2,
+                                  test_share=0.4, vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS),
+                                  max_length=4096, workers=1), progress=False)
+    return out
+
+
+def test_auto_is_the_test_split_of_the_build_made_from_data(held_build, synth_dir):
+    sft_dir = held_build
     held = resolve_held_out(synth_dir, "auto", None, str(sft_dir))
     assert (held.split, held.build, held.data_is_source) == ("test", str(sft_dir.resolve()), True)
     records = load_level(synth_dir, "L3").records
     kept = {r.page_id for r in records if held.keeps(r)}
     built = load_sft_dataset(sft_dir)
     assert kept == set(built["test"]["page_id"])  # the builder's own test pages, and no other
-    assert not kept & set(built["train"]["page_id"]) and held.training_records(records) == 0
+    assert kept and not kept & set(built["train"]["page_id"]) and held.training_records(records) == 0
     validation = resolve_held_out(synth_dir, "validation", None, str(sft_dir))
     assert {r.page_id for r in records if validation.keeps(r)} == set(built["validation"]["page_id"]) != set()
     assert "the test split of the checkpoint's training build" in held.why
@@ -53,6 +71,11 @@ def test_no_build_known(synth_dir, tmp_path):
         resolve_held_out(synth_dir, "test", None, None)
     with pytest.raises(FileNotFoundError, match="dataset folder not found"):
         resolve_held_out(synth_dir, "auto", str(tmp_path / "moved"), None)  # a --build the user named must exist
+    (tmp_path / "damaged").mkdir()  # the checkpoint's build, its build_config.yaml gone: as if the build were gone
+    damaged = resolve_held_out(synth_dir, "auto", None, str(tmp_path / "damaged"))
+    assert damaged.split == "all" and "cannot be read" in damaged.why
+    with pytest.raises(ValueError, match="is not a finished build"):
+        resolve_held_out(synth_dir, "test", None, str(tmp_path / "damaged"))
 
 
 def test_a_group_keeps_a_students_pages_in_one_split():
@@ -66,6 +89,9 @@ def test_a_group_keeps_a_students_pages_in_one_split():
     assert {s for splits in by_student.values() for s in splits} == {"train", "validation", "test"}
     with pytest.raises(ValueError, match=r"record x: its image 'loose\.jpg' does not match split_group"):
         rule.split(Record("x", "L3", "Mathematics", "loose.jpg", 10, 10, []))
+    empty = SplitRule(seed=0, validation_share=0.3, test_share=0.3, group=r"^([a-z]*)/")
+    with pytest.raises(ValueError, match=r"record y: split_group .* names no student or exam \(an empty match\)"):
+        empty.split(Record("y", "L3", "Mathematics", "/p1.jpg", 10, 10, []))
 
 
 def test_the_builder_splits_by_group(synth_dir, tmp_path):
@@ -86,6 +112,7 @@ def test_the_builder_splits_by_group(synth_dir, tmp_path):
     assert rule.group == r"^([^/]+)/"
     built = load_sft_dataset(out)
     subjects = {r.page_id: r.image.split("/")[0] for r in load_level(synth_dir, "L3").records}
+    assert sum(len(rows) > 0 for rows in built.values()) >= 2  # groups landed in more than one split
     for split, rows in built.items():
         assert {split_of(subjects[p], rule.seed, rule.validation_share, rule.test_share) for p in rows["page_id"]} \
             <= {split}
