@@ -2193,11 +2193,13 @@ def grade_cases() -> list[Case]:
         Case("rerun-resumes", GRADE, grade_args(), code=0,
              check=all_of(graded(pages=2), printed(r"graded 1 pages now")),
              setup=chain(p, earlier_grading(), pages("b.jpg"))),
-        Case("page-file-damaged", GRADE, grade_args(), r"pages/a\.png\.json: not a page file this tool wrote: pass "
-             r"--overwrite to regrade, or choose another --out",
+        Case("page-file-damaged", GRADE, grade_args(),
+             r"pages/a\.png\.json: not a page file eval/grade_pages\.py wrote "
+             r"\(damaged, or another program's\): grade the pages again \(grade_pages --overwrite\), or choose another "
+             r"--out",
              setup=chain(ab, earlier_grading(), write("out/pages/a.png.json", '{"page": "a.png"')),
              outputs=("out",)),
-        Case("page-file-nested", GRADE, grade_args(), r"pages/a\.png\.json: not a page file this tool wrote",
+        Case("page-file-nested", GRADE, grade_args(), r"pages/a\.png\.json: not a page file eval/grade_pages\.py wrote",
              setup=chain(ab, earlier_grading(), write("out/pages/a.png.json", "[" * 100_000)), outputs=("out",)),
         Case("out-busy", GRADE, grade_args(), r"in use by another evaluation \(pid 4242\).*another --out",
              setup=chain(p, hold_lock)),
@@ -2570,6 +2572,217 @@ def review_cases() -> list[Case]:
              check=report_has("imported/review_report.json", reviewed=2, changed=1, regrade_rate=0.5),
              setup=chain(graded, reviewed_sheet(one_changed)),
              outputs=("imported",)),
+        *review_sheet_cases(graded), *review_labelstudio_cases(graded), *review_folder_cases(graded),
+    ]
+
+
+SHEET = [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"]
+LINE2 = r"reviewed\.csv line 2 \(page a\.png, item 1\): "
+
+
+def first_row(**cells: str) -> Callable[[list[dict]], None]:
+    """The sheet's first row reviewed, with these cells as the teacher typed them."""
+    def edit(rows: list[dict]) -> None:
+        rows[0].update({"reviewed": "yes", **cells})
+    return edit
+
+
+def sheet_text(edit: Callable[[str], str | bytes]) -> Callable[[Env], None]:
+    """box/reviewed.csv: the exported sheet's text (every row reviewed) changed by `edit`, as another program saves
+    it."""
+    def setup(env: Env) -> None:
+        reviewed_sheet(lambda rows: [r.update(reviewed="yes") for r in rows])(env)
+        replace_file(env.box / "reviewed.csv", edit((env.box / "reviewed.csv").read_text(encoding="utf-8")))
+    return setup
+
+
+def review_sheet_cases(graded: Callable[[Env], None]) -> list[Case]:
+    """Hostile cells of a reviewed sheet: each refused naming the line, page, item and the way out."""
+    refused = [
+        ("score-negative", dict(score="-1", full_score="2"), r"score -1 .*0\.\.2"),
+        ("score-thousands", dict(score="1,000", full_score="2"), r"score '1,000' is not a number of points"),
+        ("score-401-digits", dict(score="9" * 401), r"score '9{30}.* is not a number of points: write a number"),
+        ("score-nan", dict(score="nan"), r"score 'nan' is not a number of points"),
+        ("score-inf", dict(score="inf"), r"score 'inf' is not a number of points"),
+        ("score-exponent", dict(score="1e400"), r"score '1e400' is not a number of points"),
+        ("score-over-full", dict(score="7", full_score="5"), r"score 7(\.0)? .*full"),
+        ("full-score-negative", dict(full_score="-3"), r"full_score"),
+        ("full-score-zero", dict(full_score="0", score="0"), r"full_score"),
+        ("score-2-without-score", dict(score_2="3"), r"score_2 .*without score: fill score too"),
+        ("score-2-not-a-number", dict(score="1", score_2="two"), r"score_2 'two' is not a number of points"),
+        ("verdict-unknown", dict(correctness="maybe"), r"correctness 'maybe' is not a verdict: write one of"),
+        ("verdict-misspelt", dict(correctness="corect"), r"correctness 'corect' is not a verdict"),
+        ("reviewed-maybe", dict(reviewed="maybe"), r"reviewed 'maybe' is neither yes nor no"),
+        ("reviewed-no-with-correction", dict(reviewed="no", correctness="wrong"),
+         r"reviewed says 'no' but the row holds a correction \(correctness\)"),
+        ("question-type-unknown", dict(question_type="essay-ish"), r"question type 'essay-ish' is not one of"),
+        ("box-inverted", dict(x1="90", x2="10"), r"box .* is not a box on the 200x280 page"),
+        ("box-far-outside", dict(x2="5000"), r"box .* is not a box on the 200x280 page"),
+        ("box-401-digits", dict(y2="9" * 401), r"y2 '9{30}.* is not a pixel position: write a number"),
+        ("box-partial", dict(x1="", y1=""), r"give all four of x1, y1, x2, y2 \(in page pixels\), or none"),
+        ("box-text", dict(x1="left"), r"x1 'left' is not a pixel position"),
+        ("blank-text-correct", dict(text="", correctness="right"), r"no transcription; .*correctness to unanswered"),
+    ]
+    bad_rows = [
+        ("item-out-of-range", lambda rows: rows[0].update(reviewed="yes", item="99"),
+         r"reviewed\.csv line 2: item '99' is not an item of page a\.png \(1-2\): keep the sheet's page"),
+        ("item-not-a-number", lambda rows: rows[0].update(reviewed="yes", item="first"),
+         r"reviewed\.csv line 2: item 'first' is not an item of page a\.png"),
+        ("review-id-unknown", lambda rows: rows[0].update(reviewed="yes", review_id="r0000000000000000"),
+         r"reviewed\.csv line 2: review id 'r0000000000000000' names no page of \S+/out"),
+        ("review-id-blank", lambda rows: rows[0].update(reviewed="yes", review_id=""),
+         r"reviewed\.csv line 2: review id '' names no page of \S+/out"),
+        ("row-twice", lambda rows: rows.append(dict(rows[0], reviewed="yes")),
+         r"reviewed\.csv line 4 \(page a\.png, item 1\): the item is on line 2 too: keep one row per item"),
+        ("nothing-reviewed", lambda rows: None, r"nothing in it is reviewed"),
+    ]
+    texts = [
+        ("latin-1", lambda s: s.replace("35", "35é").encode("latin-1"), r"not UTF-8 text: save the sheet as CSV UTF-8"),
+        ("empty", lambda s: "", r"reviewed\.csv: not a review sheet"),
+        ("header-only", lambda s: s.split("\n", 1)[0] + "\n", r"nothing in it is reviewed"),
+        ("column-dropped", lambda s: s.replace("reviewed,", "", 1), r"not a review sheet \(its header lacks"),
+        ("binary", lambda s: bytes(range(256)) * 8, r"not UTF-8 text"),
+        ("nul-bytes", lambda s: s.replace("35", "3\x005"),
+         r"--reviewed \S+/reviewed\.csv line 3: a NUL character, which no spreadsheet writes"
+),
+    ]
+    return [
+        *[Case(f"sheet-{name}", REVIEW, SHEET, LINE2 + message, setup=chain(graded, reviewed_sheet(first_row(**cells))),
+               outputs=()) for name, cells, message in refused],
+        *[Case(f"sheet-{name}", REVIEW, SHEET, message, setup=chain(graded, reviewed_sheet(edit)), outputs=())
+          for name, edit, message in bad_rows],
+        *[Case(f"sheet-{name}", REVIEW, SHEET, message, setup=chain(graded, sheet_text(edit)), outputs=())
+          for name, edit, message in texts],
+        Case("sheet-a-folder", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/sheet"],
+             r"--reviewed \S+/sheet is a folder: pass the reviewed review\.csv",
+             setup=chain(graded, make_dir("sheet")), outputs=()),
+        Case("sheet-verdict-fullwidth", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, changed=1),
+             setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows), rows[0].update(
+                 correctness="ＷＲＯＮＧ")))), outputs=("imported",)),
+        Case("sheet-bom-crlf-semicolons", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, changed=1),
+             setup=chain(graded, reviewed_sheet(one_changed), lambda env: replace_file(
+                 env.box / "reviewed.csv", "\ufeff" + (env.box / "reviewed.csv").read_text(encoding="utf-8")
+                 .replace(",", ";").replace("\r\n", "\n").replace("\n", "\r\n"))),
+             outputs=("imported",)),
+        Case("sheet-score-decimal-comma", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2),
+             setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows),
+                                                              rows[0].update(score="0,5", full_score="1")))),
+             outputs=("imported",)),
+        Case("sheet-formula-text", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2),
+             setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows), rows[0].update(
+                 text='=HYPERLINK("http://x.example/","7")')))), outputs=("imported",)),
+    ]
+
+
+LS_IMPORT = [*REVIEW_IMPORT, "--reviewed", "{box}/tasks.json"]
+
+
+def ls_tasks(edit: Callable[[list[dict]], object]) -> Callable[[Env], None]:
+    """box/tasks.json: the exported Label Studio tasks, each annotated with its predictions as they stand, as Label
+    Studio's JSON export writes them, then changed by `edit`."""
+    def setup(env: Env) -> None:
+        tasks = json.loads((env.box / "out" / "review" / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+        for n, task in enumerate(tasks, start=1):
+            task["id"] = n
+            results = [dict(r) for p in task.get("predictions", []) for r in p["result"]]
+            task["annotations"] = [{"id": 100 + n, "completed_by": 1, "result": results, "was_cancelled": False,
+                                    "ground_truth": False, "lead_time": 12.5}]
+        edited = edit(tasks)
+        replace_file(env.box / "tasks.json", edited if isinstance(edited, (str, bytes)) else json.dumps(tasks))
+    return setup
+
+
+def ls_results(edit: Callable[[dict], None], kind: str | None = None) -> Callable[[list[dict]], None]:
+    """`edit` applied to each result (of type `kind`, or all) of the first task's annotation."""
+    def apply(tasks: list[dict]) -> None:
+        for r in tasks[0]["annotations"][0]["result"]:
+            if kind is None or r.get("type") == kind:
+                edit(r)
+    return apply
+
+
+def review_labelstudio_cases(graded: Callable[[Env], None]) -> list[Case]:
+    """Hostile Label Studio exports of the review tasks."""
+    task1 = r"tasks\.json task 1"
+    cases = [
+        ("not-json", lambda tasks: "{not json", r"tasks\.json.*(JSON|json)"),
+        ("nested", lambda tasks: "[" * 100_000, r"tasks\.json.*"),
+        ("an-object", lambda tasks: json.dumps({"tasks": tasks}), r"tasks\.json.*"),
+        ("a-number", lambda tasks: "42", r"tasks\.json.*"),
+        ("third-annotation", lambda tasks: tasks[0]["annotations"].extend(
+            [dict(tasks[0]["annotations"][0], id=201), dict(tasks[0]["annotations"][0], id=202)]),
+         task1 + r".*3 submitted annotations: the review keeps two teachers"),
+        ("label-not-a-verdict", ls_results(lambda r: r["value"].update(rectanglelabels=["maybe"]), "rectanglelabels"),
+         task1 + r".*label 'maybe' is not a verdict"),
+        ("width-401-digits", ls_results(lambda r: r["value"].update(width=int("9" * 401))),
+         task1 + r".*"),
+        ("x-nan", ls_results(lambda r: r["value"].update(x=float("nan"))), task1 + r".*"),
+        ("x-a-string", ls_results(lambda r: r["value"].update(x="left")), task1 + r".*"),
+        ("value-missing", ls_results(lambda r: r.pop("value")), task1 + r".*"),
+        ("review-id-foreign", lambda tasks: tasks[0]["data"].update(review_id="r0000000000000000"),
+         task1 + r": review id 'r0000000000000000' names no page of"),
+        ("page-twice", lambda tasks: tasks.append(dict(tasks[0], id=9)),
+         r"tasks\.json task 9: page a\.png is task 1 too"),
+    ]
+    return [
+        *[Case(f"labelstudio-{name}", REVIEW, LS_IMPORT, message, setup=chain(graded, ls_tasks(edit)), outputs=())
+          for name, edit, message in cases],
+        Case("labelstudio-as-exported", REVIEW, LS_IMPORT, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, changed=0),
+             setup=chain(graded, ls_tasks(lambda tasks: None)), outputs=("imported",)),
+        Case("labelstudio-cancelled-only", REVIEW, LS_IMPORT, r"nothing in it is reviewed",
+             setup=chain(graded, ls_tasks(lambda tasks: tasks[0]["annotations"][0].update(was_cancelled=True))),
+             outputs=()),
+    ]
+
+
+def review_folder_cases(graded: Callable[[Env], None]) -> list[Case]:
+    """The review's folders: --out over its inputs, unwritable or holding other work; a touched sheet; gone pages."""
+    ok = chain(graded, reviewed_sheet(one_changed))
+    return [
+        Case("import-out-is-graded", REVIEW, ["import", "--graded", "{box}/out", "--out", "{box}/out", "--reviewed",
+                                              "{box}/reviewed.csv"], OVERLAP, setup=ok, outputs=()),
+        Case("import-out-inside-graded", REVIEW, ["import", "--graded", "{box}/out", "--out", "{box}/out/imp",
+                                                  "--reviewed", "{box}/reviewed.csv"], OVERLAP, setup=ok, outputs=()),
+        Case("import-out-a-file", REVIEW, [*REVIEW_IMPORT[:-1], "{box}/f.txt", "--reviewed", "{box}/reviewed.csv"],
+             A_FILE, setup=chain(ok, write("f.txt", "x")), outputs=()),
+        Case("import-out-read-only", REVIEW, [*REVIEW_IMPORT[:-1], "{box}/ro/imp", "--reviewed",
+                                              "{box}/reviewed.csv"], RO,
+             setup=chain(ok, lambda env: read_only(env, "ro")), outputs=()),
+        Case("import-out-holds-users-work", REVIEW, SHEET,
+             r"--out \S+/imported holds mine\.txt \(1 entries\) that an import did not write: choose another --out",
+             setup=chain(ok, write("imported/mine.txt", "the user's")), outputs=()),
+        Case("import-box-iou-zero", REVIEW, [*SHEET, "--box-iou", "0"],
+             r"--box-iou 0(\.0)?: choose a value in \(0, 1\]",
+             setup=ok, outputs=()),
+        Case("import-box-iou-nan", REVIEW, [*SHEET, "--box-iou", "nan"], r"--box-iou nan: choose a value in",
+             setup=ok, outputs=()),
+        Case("import-subject-blank", REVIEW, [*SHEET, "--subject", " "], r"--subject: name the pages' subject",
+             setup=ok, outputs=()),
+        Case("import-page-image-gone", REVIEW, SHEET, r"the page image the review showed is gone",
+             setup=chain(ok, lambda env: [p.unlink() for p in (env.box / "out" / "review").rglob("*.png")]),
+             outputs=()),
+        Case("import-sheet-of-another-grading", REVIEW, SHEET, r"review id '\w+' names no page of \S+/out",
+             setup=chain(ok, lambda env: shutil.rmtree(env.box / "out"), pages("a.png"), earlier_grading(model="yes")),
+             outputs=()),
+        Case("export-over-a-touched-sheet", REVIEW, ["export", "--graded", "{box}/out"],
+             r"review\.csv was edited since it was exported",
+             setup=chain(graded, lambda env: replace_file(env.box / "out/review/review.csv", (
+                 env.box / "out/review/review.csv").read_text(encoding="utf-8").replace(",,", ",yes,", 1))),
+             outputs=()),
+        Case("export-twice", REVIEW, ["export", "--graded", "{box}/out"], code=0,
+             check=exists("out/review/review.csv", "out/review/labelstudio_tasks.json"), setup=graded,
+             outputs=("out/review",)),
+        Case("export-graded-damaged", REVIEW, ["export", "--graded", "{box}/out"],
+             r"pages/a\.png\.json: not a page file eval/grade_pages\.py wrote .*grade the pages again",
+
+
+             setup=chain(pages("a.png"), earlier_grading(), lambda env: replace_file(
+                 next((env.box / "out" / "pages").glob("*.json")), "[" * 50_000)), outputs=()),
     ]
 
 
@@ -2789,6 +3002,9 @@ def fixtures(tiny_model_dir, synth_dir, sft_dir, adapter_dir, report_json):
 def test_bad_input(case, fixtures, endpoint, tmp_path):
     outcome, detail = run_case(case, tmp_path, fixtures, endpoint.url)
     OUTCOMES[case.id] = outcome
+    if os.environ.get("CORPUS_SHOW"):
+        with open(os.environ["CORPUS_SHOW"], "a") as f:
+            f.write(detail[:3000] + "\n=====\n")
     assert outcome == "clear", detail
 
 

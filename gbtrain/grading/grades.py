@@ -140,8 +140,8 @@ def read_page_file(path: Path) -> dict:
     except ValueError:
         record = None
     if not isinstance(record, dict) or not all(k in record for k in PAGE_FIELDS):
-        raise ValueError(f"{path}: not a page file this tool wrote: pass --overwrite to regrade, or choose another "
-                         f"--out")
+        raise ValueError(f"{path}: not a page file eval/grade_pages.py wrote (damaged, or another program's): grade "
+                         f"the pages again (grade_pages --overwrite), or choose another --out")
     return record
 
 

@@ -152,6 +152,12 @@ def page_image(run: dict, page: GradedPage) -> bytes:
     return buf.getvalue()
 
 
+def shown_question_id(item: dict) -> str:
+    """The question id a task shows for a model's item: its own, or `item<n>` (n its number on the page) where the
+    model gave none, so that the teacher has a field to fill; the import reads `item<n>` back as none."""
+    return item["question_id"] or f"item{item['index'] + 1}"
+
+
 def model_verdict(item: dict) -> str:
     """The model's judgment as a verdict label: right, wrong, or unknown when it gave none."""
     return {True: RIGHT, False: WRONG}.get(item["correctness"], UNKNOWN)

@@ -25,6 +25,7 @@ from gbtrain.grading.review import (
     model_verdict,
     page_image,
     read_graded,
+    shown_question_id,
 )
 from gbtrain.grading.tables import table_value
 from gbtrain.outputs import REVIEW_RECORD, claim_output_folder
@@ -105,7 +106,7 @@ def _results(page: GradedPage, item: dict) -> list[dict]:
                 "rotation": 0}
     common = {"id": f"{REGION_PREFIX}{item['index'] + 1}", "to_name": "image", "original_width": w,
               "original_height": h, "image_rotation": 0}
-    controls = [("qid", "textarea", item["question_id"] or f"item{item['index'] + 1}"),
+    controls = [("qid", "textarea", shown_question_id(item)),
                 ("hand", "textarea", item["text"] or None), ("std", "textarea", item.get("reference")),
                 ("score", "number", model_points(item)),
                 ("full_score", "number", item.get("full_score")), ("type", "choices", item.get("question_type"))]

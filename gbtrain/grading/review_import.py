@@ -4,6 +4,7 @@ reviewed pages written as a GradingBench folder (eval/review.py import)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -40,6 +41,7 @@ from gbtrain.grading.review import (
     model_points,
     model_verdict,
     read_graded,
+    shown_question_id,
 )
 from gbtrain.grading.review_export import TEACHER_COLUMNS
 from gbtrain.grading.review_report import report, report_markdown
@@ -58,7 +60,7 @@ from gbtrain.vocabulary import L3
 
 
 def _number(text: str | None, where: str, what: str) -> float | None:
-    """A number of points as a teacher writes it (`2.5`, `2,5`); None when empty."""
+    """A number (of points, or a box's pixels) as a teacher writes it (`2.5`, `2,5`); None when empty."""
     if text is None or not text.strip():
         return None
     try:
@@ -66,8 +68,8 @@ def _number(text: str | None, where: str, what: str) -> float | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise ValueError(f"{where}: {what} {text.strip()!r:.40} is not a number of points: write a number, or leave "
-                         f"it empty")
+        kind = "a pixel position" if what in BOX_COLUMNS else "a number of points"
+        raise ValueError(f"{where}: {what} {text.strip()!r:.40} is not {kind}: write a number, or leave it empty")
     return int(value) if value.is_integer() else value
 
 
@@ -182,7 +184,9 @@ def sheet_grade(row: dict, item: dict, page: GradedPage, where: str, edits: list
                          f"correctness to unanswered")
     if teacher.score_2 is not None and teacher.score is None:
         raise ValueError(f"{where}: score_2 (a second teacher's points) without score: fill score too")
-    problem = points_problem(full, teacher.score, teacher.score_2) if teacher.score is not None else None
+    # (a full score without points: an item accepted whose model's score was no grade; it keeps no points)
+    problem = points_problem(full, teacher.score, teacher.score_2) if teacher.score is not None else \
+        points_problem(full, 0, None) if full is not None else None
     if problem:
         raise ValueError(f"{where}: {problem} (the full_score column)")
     return teacher
@@ -196,6 +200,10 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise ValueError(f"--reviewed {path}: not UTF-8 text: save the sheet as CSV UTF-8") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ValueError(f"--reviewed {path} line {line}: a NUL character, which no spreadsheet writes (a damaged "
+                         f"file?): save the sheet again as CSV UTF-8")
     rows = list(csv.DictReader(io.StringIO(text), delimiter=_sheet_dialect(text, path)))
     review = Review("csv")
     seen: dict[tuple[str, int], int] = {}
@@ -352,6 +360,8 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
     pairs += [Reviewed(page.name, m, None) for m in items.values()]
     for r in pairs:
         if r.model is not None and r.teacher is not None:
+            if not r.model["question_id"] and r.teacher.question_id == shown_question_id(r.model):
+                r.teacher = dataclasses.replace(r.teacher, question_id=None)  # the export's placeholder, kept
             key_full_score(r.model, r.teacher.full_score, f"page {page.name}, item {r.model['index'] + 1}")
     return pairs
 
@@ -406,9 +416,16 @@ def check_import(run: ReviewRun) -> tuple[Path, Path, Path]:
     if not run.subject.strip():
         raise ValueError("--subject: name the pages' subject (e.g. Mathematics)")
     graded, reviewed, out = Path(run.graded), Path(run.reviewed), Path(run.out)
+    if reviewed.is_dir():
+        raise ValueError(f"--reviewed {reviewed} is a folder: pass the reviewed review.csv, or Label Studio's JSON "
+                         f"export of the tasks")
     if not reviewed.is_file():
         raise FileNotFoundError(f"reviewed file not found: {reviewed}")
     problems = overlapping("--out", out, {"--graded": graded})
+    ours = {*WRITTEN, REVIEW_RECORD, f"{REPORT}.json", f"{REPORT}.md"}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
+    if foreign:
+        problems.append(f"--out {out} holds {foreign[0]} ({len(foreign)} entries) that an import did not write")
     if out.resolve() in reviewed.resolve().parents:  # an import replaces what --out holds
         problems.append(f"--reviewed {reviewed} lies inside --out {out}")
     if problems:
