@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from omegaconf import OmegaConf
 
-from gbtrain.config import field_default, help_of, load_yaml
+from gbtrain.config import field_default, help_of, load_yaml, out_of_bounds
 from gbtrain.text import redact
 
 T = TypeVar("T")
@@ -150,9 +150,14 @@ def parse_options(options: type[T], description: str | None, argv: list[str] | N
         where = f"--config {config} or key=value" if config else "key=value"
         pre.error(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (keys are the flags' names with _ for -: "
                   f"see --help)")
-    values = vars(_parser(options, description, defaults).parse_intermixed_args(argv))
+    parser = _parser(options, description, defaults)
+    values = vars(parser.parse_intermixed_args(argv))
     values.pop(_CONFIG, None), values.pop(_OVERRIDES, None)
-    return options(**values)
+    parsed = options(**values)
+    problems = out_of_bounds(parsed, sep=" ", flags=True)
+    if problems:
+        parser.error("; ".join(problems))
+    return parsed
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

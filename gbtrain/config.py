@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import MISSING, Field, field
+from dataclasses import MISSING, Field, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,13 +24,16 @@ T = TypeVar("T")
 
 
 def option(default: Any = MISSING, help: str | Callable[[], str] = "",
-           choices: tuple | Callable[[], tuple] | None = None, positional: bool = False, group: str = "") -> Any:
+           choices: tuple | Callable[[], tuple] | None = None, positional: bool = False, group: str = "",
+           bounds: tuple[float, float] | None = None) -> Any:
     """A tool option's dataclass field: its default, `--help` text and choices (callables are read when the parser
     is built, so a registry's entries added later are offered), from which gbtrain.cli.add_options makes its flag.
     `positional`: an argument given by its place (compare.py's two reports; a list: any number of them). `group`:
     options a family of tools shares (the model options of every tool that asks a checkpoint), listed after each
-    tool's own in `--help`. A list or dict default is copied for each instance."""
-    metadata = {"help": help, "choices": choices, "positional": positional, "group": group}
+    tool's own in `--help`. `bounds`: the lowest and highest value a number may take, stated in --help and checked
+    by every loader (out_of_bounds): every count has a ceiling, so that no typo asks for 22 GiB. A list or dict
+    default is copied for each instance."""
+    metadata = {"help": help, "choices": choices, "positional": positional, "group": group, "bounds": bounds}
     if isinstance(default, list | dict):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -42,9 +45,33 @@ def field_default(f: Field) -> Any:
 
 
 def help_of(f: Field) -> str:
-    """A field's help text (config.option's, read now if it is a callable)."""
+    """A field's help text (config.option's, read now if it is a callable), its bounds after it."""
     text = f.metadata.get("help") or ""
-    return text() if callable(text) else text
+    text = text() if callable(text) else text
+    bounds = f.metadata.get("bounds")
+    return f"{text} [{bounds[0]:,}-{bounds[1]:,}]" if bounds else text
+
+
+def out_of_bounds(options: Any, sep: str = "=", flags: bool = False, prefix: str = "") -> list[str]:
+    """`name{sep}value: must be at least / at most ...` for each number of a loaded options dataclass (nested
+    sections too) outside its option's bounds; NaN and infinities are outside any. `flags`: name them as
+    --kebab-case flags (the tools), else as dotted config keys."""
+    problems = []
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if is_dataclass(value):
+            problems += out_of_bounds(value, sep, flags, f"{prefix}{f.name}.")
+            continue
+        bounds = f.metadata.get("bounds")
+        if bounds is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        name = "--" + f.name.replace("_", "-") if flags else prefix + f.name
+        low, high = bounds
+        if (isinstance(value, float) and not math.isfinite(value)) or value < low:  # (an int of 401 digits: no float)
+            problems.append(f"{name}{sep}{value!r}: must be at least {low:,}")
+        elif value > high:
+            problems.append(f"{name}{sep}{value!r}: must be at most {high:,}")
+    return problems
 
 
 def below_minimum(values: dict[str, tuple[float, float]], sep: str = "=") -> list[str]:
@@ -127,11 +154,15 @@ def load_config(schema: type[T], path: str | Path | None = None, overrides: list
         if missing:
             raise ValueError(f"missing required config value(s): {', '.join(missing)} (set them in the YAML or "
                              f"as key=value)")
-        return OmegaConf.to_object(cfg)
+        loaded = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:  # its message ends in full_key/object_type lines: the key goes first
         where = f" in {path}" if path else ""
         key = f"{e.full_key}: " if getattr(e, "full_key", None) else ""
         raise ValueError(f"bad config{where}: {key}{str(e).splitlines()[0]}") from e
+    problems = out_of_bounds(loaded)
+    if problems:
+        raise ValueError(f"bad config{f' {path}' if path else ''}: {'; '.join(problems)}")
+    return loaded
 
 
 def require_model(name: str, what: str = "model") -> None:

@@ -37,10 +37,12 @@ class PixelBudget:
     builder, trainer and evaluator check it against the model they are given.
     """
 
-    min_pixels: int = field(default=224 * 224, metadata={"help": "smaller images are scaled up"})
-    max_pixels: int = field(default=2200 * 28 * 28, metadata={"help": "larger images are scaled down (smart_resize)"})
+    min_pixels: int = field(default=224 * 224, metadata={"help": "smaller images are scaled up",
+                                                         "bounds": (1, 10**9)})
+    max_pixels: int = field(default=2200 * 28 * 28, metadata={"help": "larger images are scaled down (smart_resize)",
+                                                              "bounds": (1, 10**9)})
     factor: int = field(default=DEFAULT_FAMILY.patch_factor, metadata={
-        "help": "image side per LLM token in px: the model family's (28 Qwen2.5-VL, 32 Qwen3-VL)"})
+        "help": "image side per LLM token in px: the model family's (28 Qwen2.5-VL, 32 Qwen3-VL)", "bounds": (1, 1024)})
 
     def __post_init__(self):
         if not (0 < self.min_pixels <= self.max_pixels):

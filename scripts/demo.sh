@@ -16,12 +16,34 @@
 # On a GPU machine, GBTRAIN_VENV=<an environment with CUDA torch and the extras> makes the same commands train and
 # evaluate on the GPU (.venv is CPU-only).
 set -euo pipefail
+fail() { echo "demo: $*" >&2; exit 2; }  # a refusal before any work: one line, exit 2
 FULL=false
 if [ "${1:-}" = "--full" ]; then FULL=true; shift; fi
+case "${1:-}" in -*) fail "unknown option '$1': scripts/demo.sh [--full] [OUT_DIR]" ;; esac
+[ $# -le 1 ] || fail "$# folders given ($*): scripts/demo.sh [--full] [OUT_DIR] takes one"
 # OUT as given is read from the folder the demo was started in (demo.sh demo-out writes ./demo-out there, never
 # into the checkout); the default lies in the checkout's runs/
 if [ -n "${1:-}" ]; then
   case "$1" in /*) OUT=$1 ;; *) OUT="$PWD/$1" ;; esac
+  [ ! -e "$OUT" ] || [ -d "$OUT" ] || fail "OUT_DIR $OUT is a file: name a new folder"
+  if [ -d "$OUT" ] && [ -n "$(ls -A "$OUT")" ]; then
+    fail "OUT_DIR $OUT holds files: name a new or empty folder (a demo's stages would mix with what is there)"
+  fi
+fi
+# The sizes, checked before anything is written: a whole number each (the warm-up may be 0 steps)
+for name in DEMO_PAGES DEMO_HELDOUT_PAGES DEMO_CONVERSATIONS DEMO_EVAL_RECORDS DEMO_TRAIN_STEPS DEMO_EVAL_EVERY \
+            DEMO_HIDDEN DEMO_LAYERS DEMO_WARMUP_STEPS DEMO_MAX_TOKENS; do
+  value=${!name-}
+  low=1; [ "$name" = DEMO_WARMUP_STEPS ] && low=0
+  if [ -n "$value" ] && { ! [[ "$value" =~ ^[0-9]{1,6}$ ]] || [ $((10#$value)) -lt $low ]; }; then
+    fail "$name=$value: give a whole number from $low to 999999 (or unset it for the demo's own)"
+  fi
+done
+case "${DEMO_COORDS:-rel1000}" in qwen25|abs|rel1000|rel1000-yxyx|rel1|rel1-cxcywh) ;;
+  *) fail "DEMO_COORDS=$DEMO_COORDS: one of qwen25, abs, rel1000, rel1000-yxyx, rel1, rel1-cxcywh" ;; esac
+case "${DEMO_SMOKE:-0}" in 0|1) ;; *) fail "DEMO_SMOKE=$DEMO_SMOKE: 1 (smoke-test sizes) or 0" ;; esac
+if [ -n "${GBTRAIN_VENV:-}" ] && [ ! -x "$GBTRAIN_VENV/bin/python" ]; then
+  fail "GBTRAIN_VENV=$GBTRAIN_VENV has no bin/python: name a Python environment with gbtrain's dependencies"
 fi
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
@@ -116,7 +138,7 @@ stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the
     | once || true; } || status=$?
   if [ "$status" -ne 0 ]; then
     tail -n 15 "$OUT/logs/$name.log" >&2
-    echo "[demo] the stage '$name' failed (exit $status); its whole output: $OUT/logs/$name.log" >&2
+    echo "demo: the stage '$name' failed (exit $status); its whole output: $OUT/logs/$name.log" >&2
     exit "$status"
   fi
 }
@@ -131,7 +153,7 @@ log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held o
 ) &
 pages_job=$!
 # a failed or interrupted model stage does not leave the pages being drawn
-trap 'pkill -P "$pages_job" 2>/dev/null; kill "$pages_job" 2>/dev/null || true' EXIT
+trap 'pkill -P "$pages_job" 2>/dev/null || true; kill "$pages_job" 2>/dev/null || true' EXIT
 
 log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers), its vision tower warmed up on $PROFILE handwriting ($WARMUP_STEPS steps)"
 stage model 'vision warm-up (step|done).*|tiny .* written to .*' $PY scripts/make_tiny_model.py \

@@ -94,6 +94,7 @@ class Case:
     outputs: tuple[str, ...] = ("out",)  # sandbox paths that may change
     check: Callable[[Env, str], str | None] | None = None  # code 0: returns what is wrong, or None
     limit_s: float = 60.0
+    env: dict[str, str] = field(default_factory=dict)  # environment variables of this case ({box} etc. filled in)
 
     @property
     def id(self) -> str:
@@ -412,11 +413,12 @@ def score_cases() -> list[Case]:
         # options: ranges, NaN, unknown names
         *[Case(f"radius-{v}", SCORE, score_args(f"--match-radius={v}"), r"match radius .*positive", setup=ok)
           for v in ("nan", "0", "-1", "inf", "-inf")],
-        Case("min-pixels-0", SCORE, score_args("--min-pixels", "0"), r"need 0 < min_pixels <= max_pixels, got 0,",
+        Case("min-pixels-0", SCORE, score_args("--min-pixels", "0"), r"--min-pixels 0: must be at least 1",
              setup=ok),
-        Case("min-pixels-negative", SCORE, score_args("--min-pixels", "-5"), r"min_pixels <= max_pixels, got -5,",
+        Case("min-pixels-negative", SCORE, score_args("--min-pixels", "-5"), r"--min-pixels -5: must be at least 1",
              setup=ok),
-        Case("max-pixels-0", SCORE, score_args("--max-pixels", "0"), r"min_pixels <= max_pixels", setup=ok),
+        Case("max-pixels-0", SCORE, score_args("--max-pixels", "0"), r"--max-pixels 0: must be at least 1", setup=ok),
+
         Case("min-over-max", SCORE, score_args("--min-pixels", "90000", "--max-pixels", "1000"),
              r"min_pixels <= max_pixels.*90000", setup=ok),
         Case("pixels-not-a-number", SCORE, score_args("--min-pixels", "lots"), r"--min-pixels: invalid int", setup=ok),
@@ -1179,8 +1181,8 @@ def train_cases() -> list[Case]:
              r"lora\.rank: Key 'rank' not in 'LoraSettings'", setup=y, outputs=()),
         Case("override-wrong-type", TRAIN, train_args("per_device_batch_size=two"),
              r"per_device_batch_size: Value 'two' .*could not be converted to Integer", setup=y, outputs=()),
-        *[Case(f"range-{key}-{value}", TRAIN, train_args(f"{key}={value}"), rf"unsupported training options:.*"
-               rf"{re.escape(key)}=",
+        *[Case(f"range-{key}-{value}", TRAIN, train_args(f"{key}={value}"),
+               rf"(unsupported training options:|bad config \S+train\.yaml:).*{re.escape(key)}=",
                setup=y, outputs=())
           for key, value in (("lr.llm", "-1e-4"), ("lr.merger", "nan"), ("lr.vision_tower", "inf"),
                              ("per_device_batch_size", "0"), ("gradient_accumulation_steps", "0"),
@@ -1447,15 +1449,15 @@ def synth_cases() -> list[Case]:
     return [
         *[Case(f"{flag[2:]}-{value}", SYNTH, [*base, flag, value], message, outputs=())
           for flag, value, message in (
-              ("--pages", "0", r"pages \(0\) and workers .* must be at least 1"),
-              ("--pages", "-1", r"pages \(-1\) and workers .* must be at least 1"),
+              ("--pages", "0", r"--pages 0: must be at least 1"),
+              ("--pages", "-1", r"--pages -1: must be at least 1"),
               ("--wrong-share", "0.01", r"wrong_share must be in \[0\.1, 0\.9\], got 0\.01"),
               ("--wrong-share", "nan", r"wrong_share must be in .*got nan"),
               ("--wrong-share", "inf", r"wrong_share must be in .*got inf"),
               ("--blank-share", "-0.1", r"blank_share must be in \[0, 0\.3\], got -0\.1"),
               ("--blank-share", "nan", r"blank_share must be in .*got nan"),
-              ("--workers", "0", r"workers \(0\) must be at least 1"),
-              ("--workers", "-2", r"workers \(-2\) must be at least 1"))],
+              ("--workers", "0", r"--workers 0: must be at least 1"),
+              ("--workers", "-2", r"--workers -2: must be at least 1"))],
         Case("pages-not-a-number", SYNTH, [*base, "--pages", "many"], r"--pages: invalid int value", outputs=()),
         Case("out-a-file", SYNTH, ["--out", "{box}/f.txt", "--pages", "1", "--workers", "1"],
              A_FILE, setup=write("f.txt", "x"), outputs=()),
@@ -1892,7 +1894,9 @@ def preview_cases() -> list[Case]:
         Case("pages-not-a-number", PREVIEW, preview_args("--pages", "all"), r"--pages: invalid int value: 'all'",
              setup=d, outputs=()),
         Case("pages-0", PREVIEW, preview_args("--pages", "0"), code=0, check=previewed(drawn=0), setup=d),
-        Case("pages-a-billion", PREVIEW, preview_args("--pages", "1000000000", "--level", "L1"), code=0,
+        Case("pages-a-billion", PREVIEW, preview_args("--pages", "1000000000", "--level", "L1"),
+             r"--pages 1000000000: must be at most 10,000", setup=d, outputs=()),
+        Case("pages-more-than-the-level", PREVIEW, preview_args("--pages", "10000", "--level", "L1"), code=0,
              check=previewed("L1", drawn=3), setup=d),
         Case("level-unknown", PREVIEW, preview_args("--level", "L4"), r"--level: invalid choice: 'L4'", setup=d,
              outputs=()),
@@ -2786,9 +2790,348 @@ def review_folder_cases(graded: Callable[[Env], None]) -> list[Case]:
     ]
 
 
+# ----------------------------------------------------------------------------------------------- the interval flags
+INTERVAL_VALUES = (("a-billion", "1000000000", r"--bootstrap-resamples 1000000000: must be at most 20,000"),
+                   ("20001", "20001", r"--bootstrap-resamples 20001: must be at most 20,000"),
+                   ("99", "99", r"--bootstrap-resamples 99: must be at least 100"),
+                   ("0", "0", r"--bootstrap-resamples 0: must be at least 100"),
+                   ("negative", "-5", r"--bootstrap-resamples -5: must be at least 100"),
+                   ("a-word", "many", r"--bootstrap-resamples: invalid int value: 'many'"),
+                   ("a-float", "1e9", r"--bootstrap-resamples: invalid int value: '1e9'"))
+SEED_VALUES = (("negative", "-1", r"--bootstrap-seed -1: must be at least 0"),
+               ("2-to-the-32", "4294967296", r"--bootstrap-seed 4294967296: must be at most 4,294,967,295"),
+               ("401-digits", "9" * 401, r"--bootstrap-seed 9{20}.*: must be at most 4,294,967,295"))
+
+
+def interval_cases() -> list[Case]:
+    """--bootstrap-resamples and --bootstrap-seed of every tool that takes them, each value refused before any
+    work (a billion resamples asked numpy for 22 GiB once the evaluation had run)."""
+    tools = {SCORE: lambda *a: score_args(*a), COMPARE: lambda *a: [*compare_args(), *a],
+             RUN_EVAL: lambda *a: eval_args(*a)}
+    setups = {SCORE: predictions(good(0), good(1)), COMPARE: reports(), RUN_EVAL: None}
+    return [Case(f"{flag[2:]}-{name}", script, args(flag, value), message, setup=setups[script], outputs=())
+            for script, args in tools.items()
+            for flag, values in (("--bootstrap-resamples", INTERVAL_VALUES), ("--bootstrap-seed", SEED_VALUES))
+            for name, value, message in values]
+
+
+# ----------------------------------------------------------------------------------------------- compare's outcomes
+def evaluations(edit_sft: Callable[[dict], None] | None = None,
+                edit_outcomes: Callable[[str], str] | None = None) -> Callable[[Env], None]:
+    """box/base and box/sft: two copies of one real evaluation's report.json with its outcomes.jsonl beside it, the
+    second's report and outcomes optionally edited (the outcomes' hash in the report kept as written)."""
+    def setup(env: Env) -> None:
+        folder = env.fixtures["report"].parent
+        for name in ("base", "sft"):
+            (env.box / name).mkdir()
+            doc = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+            outcomes = (folder / "outcomes.jsonl").read_text(encoding="ascii")
+            if name == "sft":
+                if edit_sft:
+                    edit_sft(doc)
+                if edit_outcomes:
+                    outcomes = edit_outcomes(outcomes)
+            replace_file(env.box / name / "report.json", json.dumps(doc))
+            replace_file(env.box / name / "outcomes.jsonl", outcomes)
+    return setup
+
+
+def setting_figure(metric: str, value) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        doc["settings"]["L1-af"][metric] = value
+    return edit
+
+
+def compare_outcome_cases() -> list[Case]:
+    """A report whose figures or outcomes were edited after run_eval wrote them: a gain outside its own interval."""
+    args = ["{box}/base/report.json", "{box}/sft/report.json", "--out", "{box}/out/gains.md"]
+    edited = r"sft/report\.json: L1-af {} .* is not .*, which its outcomes\.jsonl gives: the report was edited"
+    return [
+        Case("same-evaluation-twice", COMPARE, args, code=0, check=exists("out/gains.md"), setup=evaluations()),
+        *[Case(f"edited-{metric}", COMPARE, args, edited.format(metric), setup=evaluations(setting_figure(metric, v)),
+               outputs=())
+          for metric, v in (("accuracy", 0.99), ("localized", 0.999), ("map_20_50", 99.0), ("reasoned", 0.75))],
+        Case("edited-within-rounding", COMPARE, args, code=0, check=exists("out/gains.md"),
+             setup=evaluations(lambda doc: doc["settings"]["L1-af"].update(
+                 accuracy=doc["settings"]["L1-af"]["accuracy"] + 1e-7))),
+        Case("outcomes-edited", COMPARE, args, r"sft/outcomes\.jsonl is not the file \S+/sft/report\.json was "
+             r"written with \(its sha256 differs\)",
+             setup=evaluations(edit_outcomes=lambda s: s.replace('"gates":[', '"gates":[ ', 1)), outputs=()),
+        Case("outcomes-record-a-string", COMPARE, args, r"sft/outcomes\.jsonl is not the file",
+             setup=evaluations(lambda doc: doc["meta"].update(outcomes="outcomes.jsonl")), outputs=()),
+        Case("outcomes-missing", COMPARE, args, code=0, check=printed(r"outcomes\.jsonl is missing"),
+             setup=chain(evaluations(), lambda env: (env.box / "sft" / "outcomes.jsonl").unlink())),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- selective thresholds
+def selective_cases() -> list[Case]:
+    """The flags that choose a review threshold, refused before any model runs, in both tools that take them."""
+    values = [
+        ("max-error-0", ("--max-error", "0"), r"--max-error 0(\.0)?: give a share above 0 and below 1"),
+        ("max-error-1", ("--max-error", "1"), r"--max-error 1(\.0)?: give a share above 0 and below 1"),
+        ("max-error-nan", ("--max-error", "nan"), r"--max-error nan: give a share above 0 and below 1"),
+        ("max-error-negative", ("--max-error", "-0.1"), r"--max-error -0\.1: give a share"),
+        ("max-error-a-percent", ("--max-error", "5%"), r"--max-error: invalid float value: '5%'"),
+        ("delta-0", ("--max-error", "0.05", "--delta", "0"), r"--delta 0(\.0)?: give a chance above 0 and below 1"),
+        ("delta-1", ("--max-error", "0.05", "--delta", "1"), r"--delta 1(\.0)?: give a chance above 0 and below 1"),
+        ("delta-inf", ("--max-error", "0.05", "--delta", "inf"), r"--delta inf: give a chance"),
+        ("target-accuracy-0", ("--target-accuracy", "0"), r"--target-accuracy 0(\.0)?: give a share above 0"),
+        ("target-accuracy-95", ("--target-accuracy", "95"), r"--target-accuracy 95(\.0)?: give a share above 0 and "
+                                                             r"at most 1"),
+        ("review-budget-nan", ("--review-budget", "nan"), r"--review-budget nan: "),
+        ("two-rules", ("--max-error", "0.05", "--target-accuracy", "0.9"),
+         r"--target-accuracy and --max-error: give one"),
+    ]
+    return [
+        *[Case(f"selective-{name}", SELECT, select_args(*flags), message, setup=training_run(), outputs=())
+          for name, flags, message in values],
+        *[Case(f"selective-{name}", GRADE, grade_args(*flags), message, setup=pages("a.png"), outputs=())
+          for name, flags, message in values],
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- export_hub.py
+HUB = "data_builders/export_hub.py"
+HUB_ARGS = ["--build", "{box}/sft", "--out", "{box}/out"]
+
+
+def build_copy(env: Env) -> None:
+    """box/sft: a copy of the shared SFT build (its images hard-linked)."""
+    link_tree(env.fixtures["sft"], env.box / "sft")
+
+
+def build_row_image(path: str) -> Callable[[Env], None]:
+    """box/sft's first train row edited to name `path` ({box} filled) as its image, as an edited build would."""
+    def setup(env: Env) -> None:
+        from datasets import load_from_disk
+
+        split = load_from_disk(str(env.fixtures["sft"] / "train"))
+        bad = env.sub(path)
+        split = split.map(lambda row, i: {"images": [bad] if i == 0 else row["images"]}, with_indices=True,
+                          keep_in_memory=True)
+        shutil.rmtree(env.box / "sft" / "train")
+        split.save_to_disk(str(env.box / "sft" / "train"))
+    return setup
+
+
+def earlier_export(env: Env) -> None:
+    """box/out as a finished export of box/sft left it."""
+    from gbtrain.data.hub_export import HubExportRun, export_hub
+
+    export_hub(HubExportRun(str(env.box / "sft"), str(env.box / "out")))
+
+
+def unfinished_export(env: Env) -> None:
+    """box/out as an export stopped after its first shard: the unfinished record, a split's Arrow file and state."""
+    earlier_export(env)
+    (env.box / "out" / "README.md").unlink()
+    replace_file(env.box / "out" / "gbtrain_export.json", json.dumps({"status": "unfinished",
+                                                                       "build": str(env.box / "sft")}))
+
+
+def hub_cases() -> list[Case]:
+    foreign = r"--out \S+/out holds files that export_hub did not write \(no readable record of it\): choose another"
+    unlisted = r"--out \S+/out holds {} \(1 files\) that export_hub did not write"
+    return [
+        Case("as-built", HUB, HUB_ARGS, code=0, check=exists("out/gbtrain_export.json", "out/README.md"),
+             setup=build_copy),
+        Case("over-an-earlier-export", HUB, HUB_ARGS, code=0, check=exists("out/gbtrain_export.json"),
+             setup=chain(build_copy, earlier_export)),
+        Case("over-a-stopped-export", HUB, HUB_ARGS, code=0, check=exists("out/gbtrain_export.json", "out/README.md"),
+             setup=chain(build_copy, unfinished_export)),
+        # nothing is deleted that a record of export_hub did not write
+        Case("out-holds-users-csv", HUB, HUB_ARGS, foreign, setup=chain(build_copy, write("out/train/mine.csv", "x")),
+             outputs=()),
+        Case("out-holds-users-readme", HUB, HUB_ARGS, foreign, setup=chain(build_copy, write("out/README.md", "x")),
+             outputs=()),
+        Case("earlier-export-and-users-csv", HUB, HUB_ARGS, unlisted.format(r"train/mine\.csv"),
+             setup=chain(build_copy, earlier_export, write("out/train/mine.csv", "x")), outputs=()),
+        Case("stopped-export-and-users-csv", HUB, HUB_ARGS, unlisted.format(r"train/mine\.csv"),
+             setup=chain(build_copy, unfinished_export, write("out/train/mine.csv", "x")), outputs=()),
+        Case("stopped-export-and-users-parquet", HUB, HUB_ARGS,
+             unlisted.format(r"validation/part-0\.parquet"),
+             setup=chain(build_copy, unfinished_export, write("out/validation/part-0.parquet", "PAR1")), outputs=()),
+        Case("stopped-export-linking-outside", HUB, HUB_ARGS, r"--out \S+/out holds test, a link \(to \S+/outside\): "
+             r"export_hub replaces no linked folder: remove the link, or choose another --out",
+             setup=chain(build_copy, unfinished_export, lambda env: shutil.rmtree(env.box / "out" / "test"),
+                         lambda env: (env.box / "out" / "test").symlink_to(env.outside)), outputs=()),
+        Case("record-damaged", HUB, HUB_ARGS, foreign,
+             setup=chain(build_copy, earlier_export, write("out/gbtrain_export.json", "[" * 100_000)), outputs=()),
+        Case("record-lists-a-file-outside", HUB, HUB_ARGS, r"--out \S+/out holds dataset_dict\.json \(\d+ files\) "
+             r"that export_hub did not write \(its gbtrain_export\.json does not list them\)", outputs=(),
+             setup=chain(build_copy, earlier_export, lambda env: replace_file(
+                 env.box / "out" / "gbtrain_export.json", json.dumps(
+                     json.loads((env.box / "out" / "gbtrain_export.json").read_text()) | {
+                         "files": ["../outside/keep.txt", "README.md"]})))),
+        # every path read from the build is confined to it
+        Case("row-names-a-file-beside-the-build", HUB, HUB_ARGS, r"a train row names the image \S*secret\.jpg.*which "
+             r"is not under images/ of a build",
+             setup=chain(build_copy, write("private/secret.jpg", "x"), build_row_image("../private/secret.jpg")),
+             outputs=()),
+        Case("row-names-an-absolute-path", HUB, HUB_ARGS, r"a train row names the image '/etc/passwd'.*not under "
+
+             r"images/ of a build", setup=chain(build_copy, build_row_image("/etc/passwd")), outputs=()),
+        # the folders and the push
+        Case("build-missing", HUB, ["--build", "{box}/none", "--out", "{box}/out"], r"\S+/none", outputs=()),
+        Case("build-not-a-build", HUB, ["--build", "{box}/data", "--out", "{box}/out"], r"\S+/data",
+             setup=data(), outputs=()),
+        Case("out-is-build", HUB, ["--build", "{box}/sft", "--out", "{box}/sft"], r"--out \S+/sft is --build "
+             r"\S+/sft: write the export to a folder of its own", setup=build_copy, outputs=()),
+        Case("out-inside-build", HUB, ["--build", "{box}/sft", "--out", "{box}/sft/hub"], r"--out \S+/sft/hub lies "
+             r"inside --build \S+/sft: write the export to a folder of its own", setup=build_copy, outputs=()),
+        Case("out-a-file", HUB, ["--build", "{box}/sft", "--out", "{box}/f.txt"], r"f\.txt",
+             setup=chain(build_copy, write("f.txt", "x")), outputs=()),
+        Case("out-read-only", HUB, ["--build", "{box}/sft", "--out", "{box}/ro/out"], RO,
+             setup=chain(build_copy, lambda env: read_only(env, "ro")), outputs=()),
+        Case("out-empty-name", HUB, ["--build", "{box}/sft", "--out", ""], r"--out is empty: name the output folder",
+             setup=build_copy, outputs=()),
+        Case("push-offline", HUB, [*HUB_ARGS, "--push-to-hub", "me/exams", "--license", "cc-by-4.0"],
+             r"--push-to-hub me/exams: HF_HUB_OFFLINE is set, so nothing can be uploaded", setup=build_copy,
+             outputs=()),
+        Case("push-without-licence", HUB, [*HUB_ARGS, "--push-to-hub", "me/exams"], r"HF_HUB_OFFLINE is set|licence",
+             setup=build_copy, outputs=()),
+        Case("push-bad-repo-id", HUB, [*HUB_ARGS, "--push-to-hub", "../../etc", "--license", "cc-by-4.0"],
+             r"\.\./\.\./etc", setup=build_copy, outputs=()),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- demo.sh
+DEMO = "scripts/demo.sh"
+
+
+def fake_environment(env: Env) -> None:
+    """box/venv: an environment whose python fails at once (exit 3): the demo's first stage fails."""
+    replace_file(env.box / "venv" / "bin" / "python", "#!/bin/sh\nexit 3\n")
+    (env.box / "venv" / "bin" / "python").chmod(0o755)
+
+
+def demo_cases() -> list[Case]:
+    """The demo's arguments and sizes, refused before it writes anything (or installs an environment)."""
+    sizes = [("DEMO_PAGES", "abc"), ("DEMO_PAGES", "0"), ("DEMO_TRAIN_STEPS", "-5"), ("DEMO_HIDDEN", "1e3"),
+             ("DEMO_EVAL_RECORDS", "9999999"), ("DEMO_CONVERSATIONS", "12 34"), ("DEMO_WARMUP_STEPS", "-1")]
+    return [
+        *[Case(f"{name.lower()}-{value.replace(' ', '-')}", DEMO, ["{box}/out"], rf"{name}={re.escape(value)}: give a "
+               r"whole number from [01] to 999999", env={name: value}, outputs=(), limit_s=30)
+          for name, value in sizes],
+        Case("coords-unknown", DEMO, ["{box}/out"], r"DEMO_COORDS=pixels: one of qwen25, abs, rel1000",
+             env={"DEMO_COORDS": "pixels"}, outputs=(), limit_s=30),
+        Case("smoke-yes", DEMO, ["{box}/out"], r"DEMO_SMOKE=yes: 1 \(smoke-test sizes\) or 0",
+             env={"DEMO_SMOKE": "yes"}, outputs=(), limit_s=30),
+        Case("unknown-option", DEMO, ["--ful", "{box}/out"], r"unknown option '--ful': scripts/demo\.sh \[--full\] "
+             r"\[OUT_DIR\]", outputs=(), limit_s=30),
+        Case("two-folders", DEMO, ["{box}/a", "{box}/b"], r"2 folders given .*takes one", outputs=(), limit_s=30),
+        Case("out-a-file", DEMO, ["{box}/f.txt"], r"OUT_DIR \S+/f\.txt is a file: name a new folder",
+             setup=write("f.txt", "x"), outputs=(), limit_s=30),
+        Case("out-holds-files", DEMO, ["{box}/out"], r"OUT_DIR \S+/out holds files: name a new or empty folder",
+             setup=write("out/mine.txt", "x"), outputs=(), limit_s=30),
+        Case("venv-without-python", DEMO, ["{box}/out"], r"GBTRAIN_VENV=\S+/none has no bin/python",
+             env={"GBTRAIN_VENV": "{box}/none"}, outputs=(), limit_s=30),
+        # demo.sh demo-out, started in another folder: its OUT is there, never in the checkout
+        Case("relative-out-from-another-folder", DEMO, ["demo-out"], r"the stage '\w+' failed \(exit 3\); its whole "
+             r"output: \S+/box/demo-out/logs/\w+\.log", code=3, env={"GBTRAIN_VENV": "{box}/venv"},
+             setup=fake_environment, outputs=("demo-out",), limit_s=60),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- round three, more
+def agreement_more_cases() -> list[Case]:
+    """Teachers' files with values no teacher writes, and band flags out of their range."""
+    ok = scores(score_line("1", "6"), score_line("2", "2"))
+
+    def teacher(**fields) -> str:
+        return json.dumps({"submission": "Ann Lee", "question": "1", "score": 7, "full_score": 10} | fields) + "\n"
+
+    refused = [
+        ("teacher-score-401-digits", teacher(score=int("9" * 401)), r"t\.jsonl:1: \"score\" must be a finite number"),
+        ("teacher-full-score-401-digits", teacher(full_score=int("9" * 401)),
+         r"t\.jsonl:1: \"full_score\" must be a finite number"),
+        ("teacher-score-a-string", teacher(score="7"), r"t\.jsonl:1: \"score\" must be a finite number"),
+        ("teacher-score-2-above-full", teacher(score_2=11), r"t\.jsonl:1: score_2 11 is outside 0\.\.10"),
+        ("teacher-question-a-list", teacher(question=[1]), r"t\.jsonl:1: .*question"),
+        ("teacher-a-list-line", "[1, 2]\n", r"t\.jsonl:1: "),
+    ]
+    bands = [("0.6,0.6", r"--point-bands 0\.6,0\.6: give increasing shares"),
+             ("0.5,nan", r"--point-bands 0\.5,nan: give increasing shares"),
+             ("-0.1,0.5", r"--point-bands -0\.1,0\.5: give increasing shares"),
+             ("0.5,1.5", r"--point-bands 0\.5,1\.5: give increasing shares"),
+             (",".join(f"0.{i:03d}" for i in range(1, 400)), r"--point-bands 0\.001,.*: give (increasing shares|at "
+                                                             r"most)")]
+    return [
+        *[Case(name, AGREEMENT, agreement_args(), message, setup=scores(score_line("1", "6"), teacher=text),
+               outputs=()) for name, text, message in refused],
+        *[Case(f"bands-{n}", AGREEMENT, agreement_args("--point-bands", value), message, setup=ok, outputs=())
+          for n, (value, message) in enumerate(bands)],
+        *[Case(f"large-error-{value}", AGREEMENT, agreement_args("--large-error", value),
+               rf"--large-error {re.escape(value)}: give a share", setup=ok, outputs=())
+          for value in ("0", "1.5", "-1", "inf")],
+        Case("out-is-the-model-file", AGREEMENT, agreement_args(out="{box}/m.jsonl"),
+             r"--out \S+/m\.jsonl is --model \S+: choose another --out", setup=ok, outputs=()),
+        Case("question-ids-fullwidth", AGREEMENT, agreement_args(), code=0,
+             check=report_has("out/report.json", points__coverage__missing=0),
+             setup=scores(score_line("１", "6"), score_line("２", "2"))),
+    ]
+
+
+def points_in_annotation_cases() -> list[Case]:
+    """A mark's points and corners as no annotation tool writes them: one line naming the record."""
+    mark = "marks.0.attributes"
+    cases = [
+        ("score-401-digits", {f"{mark}.score": int("9" * 401), f"{mark}.full_score": 10}, r"score"),
+        ("full-score-401-digits", {f"{mark}.score": 1, f"{mark}.full_score": int("9" * 401)}, r"full_score"),
+        ("score-thousands", {f"{mark}.score": "1,000", f"{mark}.full_score": 10}, r"score"),
+        ("score-nan", {f"{mark}.score": float("nan"), f"{mark}.full_score": 10}, r"score"),
+        ("corner-401-digits", {"marks.0.bbox_2d.0.0": int("9" * 401)}, r"bbox_2d|box|corner"),
+        ("corner-infinite", {"marks.0.bbox_2d.0.0": float("inf")}, r"bbox_2d|box|corner"),
+        ("corner-nan", {"marks.0.bbox_2d.0.1": float("nan")}, r"bbox_2d|box|corner"),
+        ("corner-a-string", {"marks.0.bbox_2d.0.1": "12px"}, r"bbox_2d|box|corner"),
+        ("corner-a-boolean", {"marks.0.bbox_2d.0.1": True}, r"bbox_2d|box|corner"),
+    ]
+
+    def edits(changes: dict) -> Callable[[dict], None]:
+        def edit(raw: dict) -> None:
+            for key, value in changes.items():
+                set_key(key, value)(raw)
+        return edit
+    return [Case(f"annotation-{name}", BUILD, build_args(data="{box}/data"), r"L1\.json \[record \S+\].*" + message,
+                 setup=chain(data({"L1": 1}), edit_record("L1", 0, edits(changes))), outputs=())
+            for name, changes, message in cases]
+
+
+def alias_cases() -> list[Case]:
+    """annotations/aliases.yaml as a user may get it wrong: refused naming the file and the key."""
+    cases = [
+        ("a-list", "- correct\n- right\n", r"aliases\.yaml"),
+        ("unknown-section", "verdicts: {correct: right}\n", r"aliases\.yaml.*verdicts"),
+        ("value-a-list", "labels: {correct: [right]}\n", r"aliases\.yaml.*labels"),
+        ("section-a-string", "labels: right\n", r"aliases\.yaml.*labels"),
+        ("duplicate-word", "labels: {correct: right, correct: wrong}\n", r"aliases\.yaml.*correct"),
+        ("not-utf8", b"labels: {\xff: right}\n", r"aliases\.yaml"),
+        ("anchor-bomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                        "labels: {correct: right}\n", r"aliases\.yaml"),
+        ("question-type-unknown", "question_types: {Essay: Poem}\n", r"aliases\.yaml: question_types\.Essay: "
+                                                                      r"'Poem' is not one of"),
+    ]
+    return [Case(f"aliases-{name}", BUILD, build_args(data="{box}/data"), message,
+                 setup=chain(data({"L1": 1}), write("data/annotations/aliases.yaml", text)), outputs=())
+            for name, text, message in cases]
+
+
+def key_id_cases() -> list[Case]:
+    """Answer keys typed as teachers type them: fullwidth digits and spaces name the model's questions."""
+    found = csv_column("out/questions.csv", "status", lambda v: v == ["found", "found"])
+    return [Case(f"key-ids-{name}", GRADE, grade_args(model="ided", answer_key="{box}/key.yaml"), code=0, check=found,
+                 setup=chain(pages("a.png"), write("key.yaml", text)))
+            for name, text in (("fullwidth", "１: 7\n２: 30\n"), ("quoted-with-spaces", "' 1 ': 7\n'2 ': 30\n"),
+                               ("ascii", "1: 7\n2: 30\n"))]
+
+
 CASES = [*score_cases(), *agreement_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(),
          *reliance_cases(), *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(),
-         *grade_cases(), *select_cases(), *review_cases()]
+         *grade_cases(), *select_cases(), *review_cases(), *interval_cases(), *compare_outcome_cases(),
+         *selective_cases(), *hub_cases(), *demo_cases(), *agreement_more_cases(), *points_in_annotation_cases(),
+         *alias_cases(), *key_id_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint
@@ -2796,6 +3139,10 @@ REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000
            "bignum": '[{"bbox_2d": [1e999999999, 0, ' + "9" * 401 + ', 5], "text": "1", "answer": "1e999999999", '
                      '"correctness": true}]', "surrogate": "\ud800[\udfff", "null": None,
            # a page's grading: two items; and items whose text a spreadsheet would run as a formula, or that is HTML
+           "ided": json.dumps([{"question_id": "1", "bbox_2d": [10, 10, 100, 60], "text": "7", "answer": "7",
+                                "correctness": True},
+                               {"question_id": "2", "bbox_2d": [10, 80, 100, 120], "text": "35", "answer": "30",
+                                "correctness": False}]),
            "graded": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": "7", "answer": "7", "correctness": True},
                                  {"bbox_2d": [10, 80, 100, 120], "text": "35", "answer": "30", "correctness": False}]),
            "formula": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": '=HYPERLINK("http://x.example/","7")',
@@ -2840,9 +3187,23 @@ def changed(before: dict, after: dict) -> set[str]:
     return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
 
 
+def run_shell(script: str, argv: list[str], cwd: Path, env: dict[str, str],
+              limit_s: float) -> tuple[str, int | None, str, str]:
+    """(how it ended, exit code, stdout, stderr) of a shell script run by bash in its own process."""
+    try:
+        proc = subprocess.run(["bash", str(ROOT / script), *argv], cwd=cwd, env=os.environ | env, capture_output=True,
+                              text=True, timeout=limit_s)
+    except subprocess.TimeoutExpired as e:
+        return "hang", None, e.stdout or "", e.stderr or ""
+    return "exit", proc.returncode, proc.stdout, proc.stderr
+
+
 def run_script(script: str, argv: list[str], cwd: Path, env: dict[str, str],
                limit_s: float) -> tuple[str, int | None, str, str]:
-    """(how it ended: exit / traceback / hang, exit code, stdout, stderr) of `script` run as __main__ here."""
+    """(how it ended: exit / traceback / hang, exit code, stdout, stderr) of `script` run as __main__ here (a shell
+    script: in its own process)."""
+    if script.endswith(".sh"):
+        return run_shell(script, argv, cwd, env, limit_s)
     out, err = io.StringIO(), io.StringIO()
     saved_argv, saved_cwd, saved_env = sys.argv, os.getcwd(), dict(os.environ)
 
@@ -2934,12 +3295,15 @@ def run_case(case: Case, tmp_path: Path, fixtures: dict[str, Path], url: str) ->
         probes_before = set(Path("/tmp").glob(f"*{PROBE}*"))
         argv = [env.sub(a) for a in case.args]
         started = time.perf_counter()
-        ended, code, stdout, stderr = run_script(case.script, argv, box, FIXED_ENV, case.limit_s)
+        ended, code, stdout, stderr = run_script(case.script, argv, box,
+                                                 FIXED_ENV | {k: env.sub(v) for k, v in case.env.items()},
+                                                 case.limit_s)
         took = time.perf_counter() - started
         allowed = [str(box / o) for o in case.outputs]
         escaped = sorted(p for r in roots for p in changed(before[r], snapshot(r))
                          if not any(p == a or p.startswith(a + "/") for a in allowed))
         escaped += [str(p) for p in set(Path("/tmp").glob(f"*{PROBE}*")) - probes_before]
+        escaped += [str(ROOT / o) for o in case.outputs if case.script.endswith(".sh") and (ROOT / o).exists()]
         escaped += leaked(p for p in changed(before[tmp_path], snapshot(tmp_path)) if p.startswith(str(box)))
         outcome = classify(case, ended, code, stdout, stderr, escaped, env)
     finally:

@@ -25,12 +25,12 @@ class BuildConfig:
 
     data: str = option("???", "the GradingBench-layout folder read (also --data)")
     out: str = option("???", "the folder written (also --out)")
-    target_count: int = option(10_000, "conversations to build (split in proportion to pages)")
-    seed: int = option(0, "seed of the page split and of the sampling of records")
+    target_count: int = option(10_000, "conversations to build (split in proportion to pages)", bounds=(1, 10**8))
+    seed: int = option(0, "seed of the page split and of the sampling of records", bounds=(0, 2**32 - 1))
     coords: str = option("qwen25", "box convention (docs/metric.md#coordinates)")
     vision: PixelBudget = field(default_factory=PixelBudget)  # the budget shared with training and evaluation
     max_length: int = option(8192, "longest conversation kept, in tokens, image included; longer ones are dropped "
-                                   "and counted")
+                                   "and counted", bounds=(1, 2**20))
     tokenizer: str | None = option(None, "model or tokenizer folder for exact lengths (null: estimated, and the card "
                                          "says so)")
     validation_share: float = option(0.05, "share of pages in the validation split")
@@ -42,4 +42,4 @@ class BuildConfig:
     l2_margin: float = option(DEFAULT_L2_MARGIN, "margin of an L2 region derived from answer boxes (pages without "
                                                  "question marks)")
     lenient: bool = option(False, "skip bad records (counted and listed) instead of stopping")
-    workers: int = option(2, "threads linking or copying the images into OUT/images")
+    workers: int = option(2, "threads linking or copying the images into OUT/images", bounds=(1, 256))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ def check_export(run: HubExportRun) -> set[str]:
     """Everything that can be refused before any work: the output folder, and a push that cannot happen. Returns
     the earlier export's files a rerun replaces (earlier_export_files)."""
     require_out(run.out)
-    overlap = overlapping("out", run.out, {"build": run.build})
+    overlap = overlapping("--out", run.out, {"--build": run.build})
     if overlap:
         raise ValueError(f"{overlap[0]}: write the export to a folder of its own")
     out = Path(run.out)
@@ -72,6 +73,12 @@ def check_export(run: HubExportRun) -> set[str]:
     return replaced
 
 
+# what a stopped export may have written: its README, and datasets' save_to_disk files (dataset_dict.json; per split
+# its Arrow shards, dataset_info.json and state.json)
+_WRITTEN = re.compile(rf"README\.md|dataset_dict\.json|({'|'.join(SPLITS)})/(data-\d{{5}}-of-\d{{5}}\.arrow|"
+                      rf"dataset_info\.json|state\.json)")
+
+
 def _files(out: Path) -> set[str]:
     """Every file an export may have written or replace, by its path under `out` (its record aside)."""
     return {p.relative_to(out).as_posix() for name in _OUTPUTS if name != HUB_EXPORT_RECORD
@@ -80,9 +87,9 @@ def _files(out: Path) -> set[str]:
 
 def earlier_export_files(out: Path) -> set[str]:
     """The files of an earlier export in `out` that a rerun replaces: those its record lists, or, for an export
-    stopped before it finished (its record says unfinished, written before anything else), every file under the
-    export's names. A folder without a readable record, or a file there (a user's train/mine.csv) that no record
-    vouches for, is refused: nothing is deleted that this tool did not write."""
+    stopped before it finished (its record says unfinished, written before anything else), the files an export
+    writes (_WRITTEN). A folder without a readable record, a file there (a user's train/mine.csv) that no record
+    vouches for, or a link among the export's names is refused: nothing is deleted that this tool did not write."""
     try:
         record = read_json(out / HUB_EXPORT_RECORD) if (out / HUB_EXPORT_RECORD).is_file() else None
     except (OSError, ValueError):
@@ -90,10 +97,16 @@ def earlier_export_files(out: Path) -> set[str]:
     if not isinstance(record, dict) or not isinstance(record.get("files", []), list):
         record = None
     claim_rebuilt_folder(out, "--out", "export_hub", record is not None)
+    links = [p for name in _OUTPUTS for p in [out / name, *((out / name).rglob("*") if (out / name).is_dir() else ())]
+             if p.is_symlink()]
+    if links:
+        raise ValueError(f"--out {out} holds {links[0].relative_to(out)}, a link (to {links[0].resolve()}): "
+                         f"export_hub replaces no linked folder: remove the link, or choose another --out")
     present = _files(out) if out.is_dir() else set()
     if record is None:
         return present  # an empty folder, or none
-    ours = present if record.get("status") == "unfinished" else {str(f) for f in record.get("files", [])}
+    ours = ({f for f in present if _WRITTEN.fullmatch(f)} if record.get("status") == "unfinished" else
+            {str(f) for f in record.get("files", [])})
     foreign = sorted(present - ours)
     if foreign:
         raise ValueError(f"--out {out} holds {foreign[0]} ({len(foreign)} files) that export_hub did not write "

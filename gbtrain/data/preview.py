@@ -28,7 +28,7 @@ class PreviewRun:
 
     data: str = option(help="GradingBench-layout folder")
     out: str = option(help="folder for the drawn pages and summary.json")
-    pages: int = option(8, "records to draw (spread over the level)")
+    pages: int = option(8, "records to draw (spread over the level)", bounds=(0, 10_000))
     level: str | None = option(None, "level to draw (default: L3, else the first present)", choices=LEVELS)
 
 

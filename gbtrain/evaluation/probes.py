@@ -25,8 +25,8 @@ class RelianceRun:
     model: str = option(help="the model measured (hub id or folder)")
     data: str = option(help="a folder written by data_builders/build_sft.py")
     split: str = option("validation", "the split whose first --limit conversations are measured")
-    limit: int = option(32, "conversations measured")
-    batch_size: int = option(8, "conversations per forward pass")
+    limit: int = option(32, "conversations measured", bounds=(1, 10**6))
+    batch_size: int = option(8, "conversations per forward pass", bounds=(1, 4096))
 
 
 def _summed_loss(model, batch: dict) -> tuple[float, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,14 @@ from PIL import Image
 
 from gbtrain.config import option
 from gbtrain.data.drawing import GROUND_TRUTH_COLOR, PREDICTION_COLOR, Shape, cut, draw_shapes
-from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes, PairingError, paired_gains
+from gbtrain.metric.intervals import (
+    IntervalFlags,
+    IntervalOptions,
+    PageOutcomes,
+    PairingError,
+    paired_gains,
+    setting_values,
+)
 from gbtrain.schema import Record
 from gbtrain.text import markdown_text, redact
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, LEVELS, setting_name
@@ -111,10 +119,34 @@ def read_outcomes(report_path: str | Path, report: dict) -> ReportOutcomes:
                          f"or rerun eval/run_eval.py into that folder to score it again")
     try:
         lines = [json.loads(line) for line in data.decode("ascii").splitlines()]
-        return ReportOutcomes({line["setting"]: {page: PageOutcomes.from_json(p) for page, p in line["pages"].items()}
-                               for line in lines})
+        settings = {line["setting"]: {page: PageOutcomes.from_json(p) for page, p in line["pages"].items()}
+                    for line in lines}
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not an outcomes file of eval/run_eval.py ({e})") from None
+    edited = figures_unlike_outcomes(report, settings)
+    if edited:
+        raise ValueError(f"{report_path}: {edited}, which its {OUTCOMES_FILE} gives: the report was edited after "
+                         f"eval/run_eval.py wrote it; rerun eval/run_eval.py into that folder to score it again")
+    return ReportOutcomes(settings)
+
+
+_TOLERANCE = {"map_20_50": 1e-3}  # what a report's rounding may move a figure (mAP: 4 decimals; rates: 6)
+
+
+def figures_unlike_outcomes(report: dict, settings: dict[str, dict[str, PageOutcomes]]) -> str | None:
+    """The first figure of the report that its own per-page outcomes do not give ('L1-af accuracy 0.9 is not 0.5'),
+    or None: a gain is computed from the figures and its interval from the outcomes, so both must be the scorer's."""
+    for name, pages in sorted(settings.items()):
+        figures = report["settings"].get(name)
+        if not isinstance(figures, dict) or not pages:
+            continue
+        values = setting_values(pages)
+        for metric in METRICS:
+            given, value = figures.get(metric), values[metric]
+            if value is not None and isinstance(given, int | float) and not math.isclose(
+                    given, value, abs_tol=_TOLERANCE.get(metric, 1e-5)):
+                return f"{name} {metric} {given!r} is not {round(value, 6)!r}"
+    return None
 
 
 def _ci(value, interval: list[float] | None = None, scale: float = 100, digits: int = 1) -> str:

@@ -49,10 +49,10 @@ class EvalRun(ModelOptions, PointsFlags, IntervalFlags, SplitFlags):
     judge: str = option("rule", judge_usage)
     l2_margin: float | None = option(None, "margin of L2 regions derived from answers (pages without question "
                                            "marks); default: the checkpoint's training build's, else 0.02")
-    batch_size: int = option(256, "records per backend call and flushed chunk")
-    limit: int | None = option(None, "first N records of each level")
+    batch_size: int = option(256, "records per backend call and flushed chunk", bounds=(1, 65_536))
+    limit: int | None = option(None, "first N records of each level", bounds=(1, 10**7))
     overwrite: bool = option(False, "redo settings instead of resuming")
-    overlays: int = option(4, "records drawn per L1/L3 setting")
+    overlays: int = option(4, "records drawn per L1/L3 setting", bounds=(0, 10_000))
 
 
 def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: float = DEFAULT_L2_MARGIN,

@@ -87,7 +87,7 @@ class SelectRun(ModelOptions, SelectiveFlags):
     settings: str = option("L1-af,L3-ab", "single-turn settings, e.g. L1-af,L2-ab,L3-af (or all)")
     split: str = option("validation", "pages of --data the training build put in this split (all: a held-out "
                                       "folder)", choices=SPLITS)
-    limit: int | None = option(None, "first N records of each level")
+    limit: int | None = option(None, "first N records of each level", bounds=(1, 10**7))
     metric: str = option("accuracy", "accuracy: mean gated accuracy, ties by mean mAP; map: the reverse; then the "
                                      "earlier step", choices=METRICS)
     base: str | None = option(None, "LoRA runs: the base model (default: the one the run recorded)")
@@ -95,7 +95,7 @@ class SelectRun(ModelOptions, SelectiveFlags):
                                            "other name)")
     judge: str = option("rule", judge_usage)
     l2_margin: float | None = option(None, "default: the run's training build's")
-    batch_size: int = option(256, "records per backend call")
+    batch_size: int = option(256, "records per backend call", bounds=(1, 65_536))
     keep_merged: bool = option(True, "keep LoRA checkpoints merged under OUT/merged (--no-keep-merged: deleted "
                                      "after scoring)")
     copy_best: str | None = option(None, "copy (LoRA: merge) the best checkpoint into this folder")

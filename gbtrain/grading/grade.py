@@ -74,7 +74,8 @@ class GradeRun(ModelOptions, SelectiveFlags):
     answer_key: str | None = option(None, "YAML or JSON mapping question id -> reference answer, or -> {answer, "
                                           "full_score, rubric, question_type}")
     pdf_dpi: float = option(200, "resolution PDF pages are rendered at (36-600)")
-    batch_size: int = option(16, "pages per backend call and written chunk (whole pages: keep it small)")
+    batch_size: int = option(16, "pages per backend call and written chunk (whole pages: keep it small)",
+                             bounds=(1, 4096))
     overwrite: bool = option(False, "regrade every page instead of resuming")
     review_threshold: float | None = option(None, "mark for review the items whose judgment confidence is below this "
                                                   f"(0-1); default: the threshold in --model's {SELECTIVE_RECORD}, "

@@ -47,12 +47,13 @@ class ModelOptions:
 
     backend: str = model_option("vllm", "what runs the model", choices=_backend_names)
     coords: str | None = model_option(None, "default: the checkpoint's record, else its model_type or name")
-    min_pixels: int | None = model_option(None, "default: the budget the recipe recorded in the checkpoint, else 50176")
-    max_pixels: int | None = model_option(None, "default: as --min-pixels, else 1724800")
-    max_tokens: int = model_option(8192, "most tokens generated per reply")
-    max_model_len: int = model_option(32768, "vllm: context length (prompt and reply)")
-    tensor_parallel_size: int = model_option(1, "vllm: GPUs per engine")
-    data_parallel_size: int = model_option(1, "vllm: independent engines, a share of each batch")
+    min_pixels: int | None = model_option(None, "default: the budget the recipe recorded in the checkpoint, else 50176",
+                                          bounds=(1, 10**9))
+    max_pixels: int | None = model_option(None, "default: as --min-pixels, else 1724800", bounds=(1, 10**9))
+    max_tokens: int = model_option(8192, "most tokens generated per reply", bounds=(1, 2**20))
+    max_model_len: int = model_option(32768, "vllm: context length (prompt and reply)", bounds=(1, 2**22))
+    tensor_parallel_size: int = model_option(1, "vllm: GPUs per engine", bounds=(1, 1024))
+    data_parallel_size: int = model_option(1, "vllm: independent engines, a share of each batch", bounds=(1, 1024))
     kv_cache_gib: float | None = model_option(None, "vllm: KV-cache size in GiB (default on CPU: a quarter of free "
                                                     "memory, 0.5-4 GiB; on a GPU: what --gpu-memory-utilization "
                                                     "leaves)")
@@ -61,10 +62,11 @@ class ModelOptions:
     structured: bool = model_option(False, "JSON-schema constrained output (single-turn)")
     base_url: str | None = model_option(None, "openai backend: endpoint (default $OPENAI_BASE_URL)")
     api_key_env: str = model_option("OPENAI_API_KEY", "openai backend: variable holding the key")
-    concurrency: int = model_option(8, "openai backend: requests in flight")
+    concurrency: int = model_option(8, "openai backend: requests in flight", bounds=(1, 1024))
     request_timeout: float = model_option(180.0, "openai backend: seconds one request may wait for its reply")
-    max_retries: int = model_option(2, "openai backend: retries of a request that timed out or got a 429/5xx")
-    hf_batch_size: int = model_option(8, "hf backend: sequences per generate call")
+    max_retries: int = model_option(2, "openai backend: retries of a request that timed out or got a 429/5xx",
+                                    bounds=(0, 100))
+    hf_batch_size: int = model_option(8, "hf backend: sequences per generate call", bounds=(1, 4096))
 
 
 # The registry: the `--backend` choices, the kinds make_backend reads and the backends the evaluator opens.

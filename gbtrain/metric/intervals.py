@@ -52,10 +52,9 @@ class IntervalFlags:
     """The interval flags of every tool that scores or compares (eval/score.py, eval/run_eval.py, eval/compare.py),
     defined once."""
 
-    bootstrap_resamples: int = option(1000, f"intervals: how many times the pages are resampled for each interval "
-                                            f"(100-{MAX_RESAMPLES})",
-                                      group="intervals")
-    bootstrap_seed: int = option(0, "intervals: the bootstrap's seed", group="intervals")
+    bootstrap_resamples: int = option(1000, "intervals: how many times the pages are resampled for each interval",
+                                      group="intervals", bounds=(100, MAX_RESAMPLES))
+    bootstrap_seed: int = option(0, "intervals: the bootstrap's seed", group="intervals", bounds=(0, 2**32 - 1))
 
     def interval_options(self) -> IntervalOptions:
         return IntervalOptions(self.bootstrap_resamples, self.bootstrap_seed)
@@ -142,6 +141,14 @@ def _too_few(n_pages: int) -> str | None:
 def _header(n_pages: int, opts: IntervalOptions) -> dict:
     return {"method": METHOD, "confidence": CONFIDENCE, "resamples": opts.resamples, "seed": opts.seed,
             "pages": n_pages, "undefined": _too_few(n_pages)}
+
+
+def setting_values(pages: dict[str, PageOutcomes]) -> dict[str, float | None]:
+    """Each metric of a setting as the scorer computes it, from its pages' outcomes (None where undefined): what a
+    report's figures must be if they were not edited."""
+    order = sorted(pages)
+    values = _Table.of(pages, order).values(np.ones((1, len(order))))
+    return {m: None if np.isnan(v[0]) else float(v[0]) for m, v in values.items()}
 
 
 def setting_intervals(pages: dict[str, PageOutcomes], opts: IntervalOptions) -> dict:

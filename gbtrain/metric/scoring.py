@@ -489,10 +489,11 @@ class ScoreRun(PointsFlags, IntervalFlags, SplitFlags):
     predictions: str = option(help='JSONL, one {"id": <record id>, "response": <raw model text>} per line')
     coords: str = option(help="the convention the model was prompted with", choices=CONVENTIONS)
     out: str = option(help="the report (JSON)")
-    min_pixels: int = option(PixelBudget().min_pixels, "the pixel budget the model saw (qwen25 boxes)")
-    max_pixels: int = option(PixelBudget().max_pixels, "as --min-pixels")
+    min_pixels: int = option(PixelBudget().min_pixels, "the pixel budget the model saw (qwen25 boxes)",
+                             bounds=(1, 10**9))
+    max_pixels: int = option(PixelBudget().max_pixels, "as --min-pixels", bounds=(1, 10**9))
     factor: int = option(PixelBudget().factor, "the model's image token side in px (qwen25 boxes): 28 Qwen2.5-VL, "
-                                               "32 Qwen3-VL")
+                                               "32 Qwen3-VL", bounds=(1, 1024))
     judge: str = option("rule", judges.judge_usage)
     kv_cache_gib: float | None = option(None, "vllm judge: KV-cache size in GiB (default on CPU: a quarter of free "
                                               "memory, 0.5-4 GiB)")

@@ -241,14 +241,15 @@ class TinyModelRun:
     out: str = option(help="folder to write the model into")
     family: str = option(QWEN2_5_VL.name, "model family, shaped like its hub checkpoint (gbtrain.families)",
                          choices=tuple(f.name for f in FAMILIES))
-    hidden: int = option(128, "text hidden size (head_dim is 64)")
-    layers: int = option(2, "text layers")
-    vision_hidden: int = option(64, "vision tower width (head_dim is 32)")
-    vision_depth: int = option(2, "vision tower blocks")
-    seed: int = option(0, "weights seed")
+    hidden: int = option(128, "text hidden size (head_dim is 64)", bounds=(64, 8192))
+    layers: int = option(2, "text layers", bounds=(1, 128))
+    vision_hidden: int = option(64, "vision tower width (head_dim is 32)", bounds=(32, 8192))
+    vision_depth: int = option(2, "vision tower blocks", bounds=(1, 128))
+    seed: int = option(0, "weights seed", bounds=(0, 2**32 - 1))
     vision_warmup_steps: int = option(0, "train the vision tower and merger to read handwriting first "
                                          "(gbtrain.miniature.warmup; 2,000 steps with --vision-hidden 128 "
-                                         "--vision-depth 3: about 10 minutes on 2 cores); 0 leaves random weights")
+                                         "--vision-depth 3: about 10 minutes on 2 cores); 0 leaves random weights",
+                                         bounds=(0, 10**6))
     vision_profile: str = option("legible", "the synthetic profile whose handwriting the warm-up teaches: its "
                                  "characters and sizes (gbtrain.miniature.warmup.warmup_for_profile)",
                                  choices=tuple(CHARSETS))

@@ -1,3 +1,4 @@
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_the_key_tables_give_every_key_its_default_and_help():
     table = keys_table(TrainConfig).splitlines()
     assert len(table) == 2 + len(config_keys(TrainConfig))
     rows = {row.split(" | ")[0].strip("| `"): row.split(" | ")[1:] for row in table[2:]}
-    assert rows["lora.r"] == ["`64`", "adapter rank |"] and rows["model"][0] == "required"
+    assert rows["lora.r"] == ["`64`", "adapter rank [1-4,096] |"] and rows["model"][0] == "required"
     assert all(meaning.strip(" |") for _, meaning in rows.values()), "a key without help"
     assert r"q_proj\|k_proj" in rows["lora.target_modules"][0]  # a pipe would split the cell
     script = doc_keys()
@@ -130,3 +131,54 @@ def test_an_override_starting_with_at_is_plain_text_and_bad_yaml_names_the_overr
         load_config(ConvertMapping, None, ["format=coco", "answer_labels=[right, wrong"])
     assert str(err.value).startswith("bad override 'answer_labels=[right, wrong': not a YAML value (")
     assert "\n" not in str(err.value)
+
+
+def _option_dataclasses():
+    """Every dataclass of gbtrain whose fields are options (a help text): the tools', the configs' and their
+    sections."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import gbtrain
+
+    for info in pkgutil.walk_packages(gbtrain.__path__, "gbtrain."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__ and any(
+                    "help" in f.metadata for f in dataclasses.fields(obj)):
+                yield obj
+
+
+def test_every_count_has_bounds_stated_in_its_help():
+    """A count a user passes has a ceiling (issue 48: --bootstrap-resamples 1000000000 asked numpy for 22 GiB), and
+    --help and the docs' key tables say it."""
+    from gbtrain.config import help_of
+
+    counts = [(cls.__name__, f) for cls in _option_dataclasses() for f in dataclasses.fields(cls)
+              if str(f.type).split(" | ")[0] == "int" and "help" in f.metadata]
+    assert len(counts) > 50
+    unbounded = [f"{name}.{f.name}" for name, f in counts if not f.metadata.get("bounds")]
+    assert not unbounded, unbounded
+    for _, f in counts:
+        low, high = f.metadata["bounds"]
+        assert help_of(f).endswith(f"[{low:,}-{high:,}]") and low < high
+
+
+def test_a_value_outside_its_bounds_is_refused_by_every_loader(tmp_path, capsys):
+    from gbtrain.cli import parse_options
+    from gbtrain.config import load_config, out_of_bounds
+    from gbtrain.metric.scoring import ScoreRun
+    from gbtrain.train.config import TrainConfig
+
+    with pytest.raises(SystemExit) as e:
+        parse_options(ScoreRun, None, ["--data", "d", "--predictions", "p", "--level", "L1", "--mode", "answer-free",
+                                       "--coords", "qwen25", "--out", "o", "--bootstrap-resamples", "1000000000"])
+    assert e.value.code == 2
+    assert "--bootstrap-resamples 1000000000: must be at most 20,000" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"lora\.r=0: must be at least 1; save_steps=10000000000: must be at most "):
+        load_config(TrainConfig, None, ["model=m", "dataset=d", "output_dir=o", "lora.r=0", "save_steps=10000000000"])
+    cfg = load_config(TrainConfig, None, ["model=m", "dataset=d", "output_dir=o"])
+    assert out_of_bounds(cfg) == []
+    cfg.max_steps = float("nan")
+    assert out_of_bounds(cfg, sep=" ", flags=True) == ["--max-steps nan: must be at least -1"]

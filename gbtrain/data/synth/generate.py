@@ -80,8 +80,9 @@ class SynthRun:
     """Everything one `data_builders/synth_pages.py` call needs; each field is one of its flags (gbtrain.cli)."""
 
     out: str = option(help="output folder (GradingBench layout)")
-    pages: int = option(700, "pages to generate")
-    seed: int = option(0, "dataset seed (page i draws from its own generator seeded by seed and i)")
+    pages: int = option(700, "pages to generate", bounds=(1, 10**7))
+    seed: int = option(0, "dataset seed (page i draws from its own generator seeded by seed and i)",
+                       bounds=(0, 2**32 - 1))
     profile: str = option("gradingbench", "generator settings (gbtrain.data.synth.generate.PROFILES): gradingbench "
                           "(the benchmark's mix), legible (large Elementary mathematics, demo.sh --full) or marks "
                           "(legible's choice and true/false questions only, the default demo)")
@@ -89,7 +90,7 @@ class SynthRun:
     blank_share: float | None = option(None, "share of answers left blank (default: the profile's, 0.04)")
     points: bool = option(True, "give every answer its full score, the teacher's points and its type's rubric "
                           "(--no-points: graded right/wrong only, as GradingBench)")
-    workers: int | None = option(None, "processes (default: CPU count, at most 8)")
+    workers: int | None = option(None, "processes (default: CPU count, at most 8)", bounds=(1, 256))
 
     def options(self) -> SynthOptions:
         if self.profile not in PROFILES:
