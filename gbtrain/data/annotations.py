@@ -242,20 +242,29 @@ def _parse_points(raw, where: str) -> list[tuple[float, float]]:
     """A polygon [[x, y], ...] or a flat [x1, y1, x2, y2] (stored as its two corners)."""
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"{where}: bbox_2d must be a non-empty list, got {raw!r}")
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
-        if len(raw) != 4:
-            raise ValueError(f"{where}: a flat bbox_2d needs 4 numbers, got {len(raw)}")
-        pts = [(float(raw[0]), float(raw[1])), (float(raw[2]), float(raw[3]))]
-    else:
-        pts = []
-        for p in raw:
-            if not (isinstance(p, list | tuple) and len(p) == 2
-                    and all(isinstance(v, int | float) and not isinstance(v, bool) for v in p)):
-                raise ValueError(f"{where}: bbox_2d point must be [x, y], got {p!r}")
-            pts.append((float(p[0]), float(p[1])))
+    try:
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
+            if len(raw) != 4:
+                raise ValueError(f"{where}: a flat bbox_2d needs 4 numbers, got {len(raw)}")
+            pts = [(float(raw[0]), float(raw[1])), (float(raw[2]), float(raw[3]))]
+        else:
+            pts = []
+            for p in raw:
+                if not (isinstance(p, list | tuple) and len(p) == 2
+                        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in p)):
+                    raise ValueError(f"{where}: bbox_2d point must be [x, y], got {_short(p)}")
+                pts.append((float(p[0]), float(p[1])))
+    except OverflowError:  # an integer beyond a float's range
+        pts = [(math.inf, math.inf)]
     if not all(math.isfinite(v) for pt in pts for v in pt):
-        raise ValueError(f"{where}: bbox_2d has a non-finite coordinate: {raw!r}")
+        raise ValueError(f"{where}: bbox_2d has a non-finite coordinate: {_short(raw)}")
     return pts
+
+
+def _short(value) -> str:
+    """A value of the data as a message shows it: its repr, cut (a corner of 401 digits is not read out)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _unicode(text: str, key: str) -> str:

@@ -23,6 +23,7 @@ from gbtrain.metric.parsing import parse_points
 _ROUND = 6
 Key = tuple[str, str]  # (record, group) in the scorer; (submission, question) in eval/agreement.py
 WEIGHTINGS = ("linear", "quadratic")
+MAX_BANDS = 9  # edges of --point-bands: ten bands of the full score at most
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,12 @@ class PointsOptions:
     @classmethod
     def parse(cls, bands: str, large_error: float) -> PointsOptions:
         """From the tools' flags: `--point-bands 0.6,0.85 --large-error 0.5`."""
+        parts = bands.split(",")
+        if len(parts) > MAX_BANDS:
+            raise ValueError(f"--point-bands {bands[:40]}...: give at most {MAX_BANDS} edges (agreement is measured "
+                             f"between bands), e.g. 0.6,0.85")
         try:
-            edges = tuple(float(part) for part in bands.split(","))
+            edges = tuple(float(part) for part in parts)
         except ValueError:
             raise ValueError(f"--point-bands {bands!r}: give increasing shares of the full score, e.g. 0.6,0.85") \
                 from None
@@ -66,8 +71,8 @@ class PointsOptions:
 class PointsFlags:
     """The points flags of every tool that scores (eval/score.py, eval/run_eval.py), defined once."""
 
-    point_bands: str = option("0.6,0.85", "points: the kappa bands' edges as shares of the full score (bands: below "
-                                          "0.6, 0.6 to 0.85, from 0.85)", group="points")
+    point_bands: str = option("0.6,0.85", f"points: the kappa bands' edges as shares of the full score (bands: below "
+                                          f"0.6, 0.6 to 0.85, from 0.85), at most {MAX_BANDS}", group="points")
     large_error: float = option(0.5, "points: an error above this share of the full score is large", group="points")
 
     def points_options(self) -> PointsOptions:

@@ -92,7 +92,8 @@ def test_the_vllm_judge_turns_thinking_off(tiny_qwen3_dir, tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (("--match-radius", "nan"), "match radius"), (("--match-radius", "0"), "match radius"),
     (("--match-radius", "-1"), "match radius"), (("--match-radius", "inf"), "match radius"),
-    (("--min-pixels", "0"), "--min-pixels 0: must be at least 1"), (("--min-pixels", "90000", "--max-pixels", "1000"), "min_pixels"),
+    (("--min-pixels", "0"), "--min-pixels 0: must be at least 1"),
+    (("--min-pixels", "90000", "--max-pixels", "1000"), "min_pixels"),
     (("--judge", "gpt4"), "judge"),
 ])
 def test_bad_options_exit_2_before_scoring(synth_dir, tmp_path, args, message):
