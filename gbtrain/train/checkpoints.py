@@ -4,9 +4,13 @@ or evaluated; a file truncated or deleted afterwards no longer matches the marke
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
-from contextlib import suppress
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +32,48 @@ def checkpoint_files(folder: Path) -> dict[str, int]:
     """Every file under `folder` (DeepSpeed's shard folders included) with its size, the marker left out."""
     return {p.relative_to(folder).as_posix(): p.stat().st_size for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != COMPLETE_MARKER}
+
+
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EROFS)
+# what torch.save and safetensors raise when a write is cut short (torch: its zip writer's position check;
+# safetensors: the Rust io error), besides an OSError
+_WRITE_FAILURE = re.compile(r"PytorchStreamWriter|file write failed|unexpected pos \d+|inline_container|IoError|"
+                            r"No space left|File too large|Disk quota", re.IGNORECASE)
+
+
+def write_failure(error: BaseException) -> str | None:
+    """Why a save failed when it was the disk (full, over a quota or a file-size limit, read-only, an I/O error),
+    in a few words; None for any other error (a bug's, which keeps its traceback)."""
+    for e in (error, error.__cause__, error.__context__):
+        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+            return e.strerror or os.strerror(e.errno)
+        if e is not None and _WRITE_FAILURE.search(str(e)):
+            return " ".join(str(e).split())[:120]
+    return None
+
+
+@contextmanager
+def saving(folder: str | Path, output_dir: str | Path, run_id: str | None, partial_removed: bool) -> Iterator[None]:
+    """A save into `folder` (a checkpoint of output_dir, or the final model in it) that the disk cuts short ends in
+    one OSError a user reads (sft_qwen: ..., exit 2) instead of a traceback, naming the checkpoint a --resume takes;
+    `partial_removed`: the half-written folder is deleted first (a checkpoint: it has no marker, so it would never
+    be resumed from, but it holds the space that is short)."""
+    try:
+        yield
+    except Exception as e:
+        reason = write_failure(e)
+        if reason is None:
+            raise
+        if partial_removed:
+            shutil.rmtree(folder, ignore_errors=True)
+        last = None
+        with suppress(ValueError):
+            last = resume_point(output_dir, run_id)[0]
+        kept = f"the last complete checkpoint, {last.name}, stays" if last else "no complete checkpoint was saved " \
+            "before it"
+        raise OSError(f"{folder}: the save failed ({reason}; a full disk?): "
+                      f"{'the partial save was removed; ' if partial_removed else ''}{kept}: free space, then run "
+                      f"again with --resume") from e
 
 
 def mark_complete(folder: str | Path, run_id: str | None, step: int) -> None:

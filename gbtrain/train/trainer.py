@@ -25,7 +25,13 @@ from gbtrain.data.sft_dataset import (
 )
 from gbtrain.files import write_atomic
 from gbtrain.outputs import TRAINING_RECORD, overlapping
-from gbtrain.train.checkpoints import CheckpointRecord, mark_complete, resume_point, write_checkpoint_record
+from gbtrain.train.checkpoints import (
+    CheckpointRecord,
+    mark_complete,
+    resume_point,
+    saving,
+    write_checkpoint_record,
+)
 from gbtrain.train.collator import GradingCollator, RopeIndex, packed_dataset, plan_packs, pop_real_tokens
 from gbtrain.train.config import TrainConfig
 from gbtrain.train.modeling import (
@@ -124,15 +130,16 @@ class GradingSFTTrainer(SFTTrainer):
         not leave the run without a complete checkpoint)."""
         from transformers.trainer_utils import rotate_checkpoints
 
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
         run_dir = self._get_output_dir(trial=trial)
         folder = Path(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        if self.checkpoint_record is not None and self.is_world_process_zero():
-            write_checkpoint_record(folder, self.checkpoint_record)
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            with saving(folder, run_dir, self.run_id, partial_removed=self.is_world_process_zero()):
+                super()._save_checkpoint(model, trial)
+                if self.checkpoint_record is not None and self.is_world_process_zero():
+                    write_checkpoint_record(folder, self.checkpoint_record)
+        finally:
+            self.args.save_total_limit = limit
         self.accelerator.wait_for_everyone()
         if self.is_world_process_zero():
             mark_complete(folder, self.run_id, self.state.global_step)
@@ -318,7 +325,8 @@ def train(cfg: TrainConfig) -> dict:
                                 gb_config=cfg, meter=meter, eval_collator=collators["eval"],
                                 checkpoint_record=record, run_id=run_id)
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(cfg.output_dir)
+    with saving(cfg.output_dir, cfg.output_dir, run_id, partial_removed=False):
+        trainer.save_model(cfg.output_dir)
     summary = {**stats, "resumed_from": resume, "global_step": result.global_step,
                "training_loss": result.training_loss, "llm_parameters": n_llm,
                **(vision_cache.summary() if vision_cache else {})}
