@@ -3,9 +3,12 @@ so a file's presence can mark work done; and JSON records read back, whatever a 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
+
+from gbtrain.text import csv_cell
 
 # The page images every tool reads (converters, the reader's checks, grade_pages), lower case: what Pillow decodes
 # from a scanner or a phone. A PDF is read apart, page by page.
@@ -38,3 +41,20 @@ def read_json(path: str | Path, errors: str = "strict"):
         return json.loads(Path(path).read_text(encoding="utf-8-sig", errors=errors))
     except RecursionError:
         raise ValueError("nested too deeply to read (maximum recursion depth exceeded)") from None
+
+
+def table_value(value):
+    """A table cell of a value that may be absent (None: an empty cell), a whole number without `.0`."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return "" if value is None else value
+
+
+def write_table(path: str | Path, columns: tuple[str, ...], rows: list[dict]) -> None:
+    """The one CSV writer of gbtrain's tables: a header, then each row's columns (table_value; a text a spreadsheet
+    would run as a formula quoted, gbtrain.text.csv_cell). errors="backslashreplace": a lone surrogate (in a reply,
+    or a file name's undecodable bytes) is written as its escape, as write_atomic writes JSON."""
+    with open(path, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        w.writerows({k: csv_cell(table_value(row.get(k))) for k in columns} for row in rows)

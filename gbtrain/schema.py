@@ -286,9 +286,10 @@ class Record:
         derives an L1 crop's from its name), else the image file name (L2 and L3 images are whole pages)."""
         return self.page or self.image.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
-    @property
+    @cached_property
     def groups(self) -> list[Group]:
-        """Answer groups in reading order (by the top, then left, of each group's box)."""
+        """Answer groups in reading order (by the top, then left, of each group's box); made once (a record's marks
+        are not changed after it is read, and the scorer asks for them per item)."""
         by_id: dict[str, list[Mark]] = {}
         for m in self.marks:
             if not m.is_context:

@@ -8,20 +8,29 @@ unparsable records), so every gate of the metric is exercised. Target: <= 2 s in
 Then hostile model output, as a predictions file read and scored like any other: a 10 MB line of
 brackets, a 10 MB line of text, 2,000-deep nesting, 8,000 unclosed brackets, 100,000 unclosed <think>
 tags, 1 MB of prose brackets, a 401-digit coordinate and a 1e999999999 answer. Target: <= 2 s.
+Last, one L3 setting of --groups through eval/score.py as a whole process (best of 3, imports included), and the
+top-level imports that take longest. Target: <= 2 s.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from PIL import Image
+
 from gbtrain.cli import parse_options
 from gbtrain.config import option
 from gbtrain.coords import PixelBudget
+from gbtrain.data.annotations import annotation_path, image_path, record_to_raw
 from gbtrain.data.conversations import answer_items
 from gbtrain.metric.scoring import Predictions, ScoreOptions, read_predictions, score
 from gbtrain.schema import Mark, Record
@@ -93,6 +102,46 @@ def main() -> None:
                               "map_20_50": report["map_20_50"]}))
     print(json.dumps({"bench": "score_total", "settings": 6, "seconds": round(total, 3), "target_seconds": 2.0}))
     hostile(rng)
+    whole_process(args.groups, rng)
+
+
+def whole_process(n_groups: int, rng: random.Random, tries: int = 3) -> None:
+    """One L3 setting of n_groups through `eval/score.py` as a user runs it (the whole process, imports included):
+    the best of `tries` runs, and the imports that take longest (python -X importtime)."""
+    root = Path(__file__).resolve().parents[1]
+    records = make_records(n_groups, L3, rng)
+    preds = make_predictions(records, rng, PixelBudget())
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        replace = annotation_path(data, L3)
+        replace.parent.mkdir(parents=True)
+        replace.write_text(json.dumps([record_to_raw(r) for r in records]), encoding="utf-8")
+        blank = Path(tmp) / "blank.png"
+        Image.new("L", (records[0].width, records[0].height), 255).save(blank)
+        for r in records:  # the reader checks each page's image: one blank page, linked
+            image = image_path(data, r)
+            image.parent.mkdir(parents=True, exist_ok=True)
+            os.link(blank, image)
+        path = Path(tmp) / "p.jsonl"
+        path.write_text("".join(json.dumps({"id": k, "response": v}) + "\n" for k, v in preds.responses.items()),
+                        encoding="utf-8")
+        cmd = [sys.executable, str(root / "eval" / "score.py"), "--data", str(data), "--level", L3, "--mode",
+               ANSWER_FREE, "--predictions", str(path), "--coords", "qwen25", "--out", str(Path(tmp) / "r.json")]
+        times = []
+        for _ in range(tries):
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode:
+                raise SystemExit(proc.stderr[-2000:])
+            times.append(time.perf_counter() - start)
+        traced = subprocess.run([sys.executable, "-X", "importtime", *cmd[1:]], check=True, capture_output=True,
+                                text=True).stderr
+    imports = sorted(((int(m[1]), m[2].strip()) for m in re.finditer(r"import time:\s+\d+ \|\s+(\d+) \|( *\S+)",
+                                                                        traced) if m[2].startswith(" ")
+                      and not m[2].startswith("  ")), reverse=True)[:6]
+    print(json.dumps({"bench": "score_process", "level": L3, "groups": n_groups, "best_seconds": round(min(times), 3),
+                      "seconds": [round(t, 3) for t in times], "target_seconds": 2.0,
+                      "slowest_top_level_imports_ms": {name: round(us / 1000) for us, name in imports}}))
 
 
 def hostile(rng: random.Random) -> None:

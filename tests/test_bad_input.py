@@ -409,6 +409,7 @@ def unparsable(n: int, reason: str | None = None) -> Callable[[Env, str], str | 
 
 def score_cases() -> list[Case]:
     ok = predictions(good(0), good(1))
+    undecided = predictions(items_with(0, answer='"sixty-three degrees"'), good(1))
     cases = [
         # options: ranges, NaN, unknown names
         *[Case(f"radius-{v}", SCORE, score_args(f"--match-radius={v}"), r"match radius .*positive", setup=ok)
@@ -491,7 +492,7 @@ def score_cases() -> list[Case]:
         Case("hostile-fence-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "```json\n" * 100_000))),
         Case("hostile-1e999999999-answer", SCORE, score_args(mode="answer-free"), code=0, limit_s=HOSTILE_S,
-             check=report_has("out/report.json", coverage__unparsable=0, judge_replies__asked=lambda n: n >= 1),
+             check=report_has("out/report.json", coverage__unparsable=0, answer_gate__by_rule=lambda n: n >= 1),
              setup=predictions(items_with(0, answer='"1e999999999"'), items_with(1, answer="1e999999999"))),
         # a box no pixel can be: the item counts as having no valid box (name, bbox_2d, time limit)
         *[Case(f"hostile-{name}-box", SCORE, score_args(), code=0, limit_s=limit_s,
@@ -548,14 +549,16 @@ def score_cases() -> list[Case]:
         Case("bomb-image", SCORE, score_args(data="{box}/data"), r"decompression bomb|exceeds limit",
              setup=chain(data(), damage_image("bomb", "L1", 2), ok)),
         # an LLM judge at an endpoint that refuses, and credentials in its URL
+        # (an LLM judge is asked only what the typed rule cannot decide: record 0's text reference, "63°")
         Case("judge-endpoint-401", SCORE, score_args("--judge", "openai:auth@{url}", mode="answer-free"),
-             r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401 .*API key", setup=ok),
+             r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401 .*API key", setup=undecided),
         Case("judge-credentials-redacted", SCORE,
              score_args("--judge", "openai:yes@" + "{cred_url}", mode="answer-free"),
-             code=0, check=report_has("out/report.json", settings__judge=lambda j: SECRET not in j), setup=ok),
+             code=0, check=report_has("out/report.json", settings__judge=lambda j: SECRET not in j,
+                                      answer_gate__by_judge=1), setup=undecided),
         Case("judge-401-credentials", SCORE,
              score_args("--judge", "openai:auth@" + "{cred_url}", mode="answer-free"),
-             r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401", setup=ok),
+             r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401", setup=undecided),
     ]
     return cases
 

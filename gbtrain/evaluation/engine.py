@@ -131,6 +131,7 @@ class EvalOptions:
     points: PointsOptions = PointsOptions()  # the bands and large-error share of the points report
     intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
     held_out: HeldOut = field(default_factory=lambda: HeldOut("all", None, "every record"))  # records evaluated
+    gates: dict = field(default_factory=dict)  # the answer gate's tolerance and --ignore-missing (GateFlags)
 
 
 class Evaluator:
@@ -294,7 +295,7 @@ class Evaluator:
 
     def score_options(self, s: Setting, match_radius: float = 1.0) -> ScoreOptions:
         return ScoreOptions(s.level, s.mode, self.opts.coords, self.opts.budget, match_radius,
-                            points_options=self.opts.points, intervals=self.opts.intervals)
+                            points_options=self.opts.points, intervals=self.opts.intervals, **self.opts.gates)
 
     def score(self, s: Setting, judge, match_radius: float = 1.0) -> dict:
         """The setting's report, plus the records whose line carries an error (prompt too long, endpoint

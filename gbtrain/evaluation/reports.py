@@ -194,6 +194,9 @@ def held_out_lines(meta: dict) -> list[str]:
     if not held:
         return []
     lines = [f"Records: {markdown_text(held['why'])}.", ""]
+    if meta.get("ignore_missing"):
+        lines = ["**Missing replies ignored** (--ignore-missing): each setting is scored over the records the model "
+                 "answered only; the coverage lines below give how many it left out.", "", *lines]
     if held["training_records"]:
         lines = [f"**Warning: {held['training_records']} of the evaluated records are pages the model trained on**: "
                  f"these figures overstate what it does on new pages (`--split test` evaluates the held-out ones).",

@@ -24,19 +24,21 @@ from gbtrain.evaluation.engine import (
     recorded_build,
     run_diagnostics,
 )
+from gbtrain.files import write_table
 from gbtrain.inference.base import BackendOptions, SamplingOptions, VLLMMemory
 from gbtrain.inference.registry import BACKENDS, ModelOptions
 from gbtrain.metric.intervals import IntervalFlags
 from gbtrain.metric.judges import Judge, judge_from_spec, judge_usage
 from gbtrain.metric.parsing import parse_response
 from gbtrain.metric.points import PointsFlags
+from gbtrain.metric.scoring import GateFlags
 from gbtrain.outputs import FolderLock, claim_output_folder, overlapping, require_out
 from gbtrain.text import redact, safe_name
 from gbtrain.vocabulary import L2, one_of
 
 
 @dataclass
-class EvalRun(ModelOptions, PointsFlags, IntervalFlags, SplitFlags):
+class EvalRun(ModelOptions, PointsFlags, IntervalFlags, SplitFlags, GateFlags):
     """Everything one `eval/run_eval.py` call needs: ModelOptions (how the model is asked) and these. Each field
     is a flag of run_eval.py (gbtrain.cli.add_options)."""
 
@@ -178,7 +180,7 @@ def run_settings(run: EvalRun, plan: RunPlan, progress: bool = True) -> tuple[Ev
     ev = Evaluator(backend, Path(run.data), Path(run.out),
                    EvalOptions(plan.coords, plan.budget, SamplingOptions(max_tokens=run.max_tokens), run.batch_size,
                                run.max_model_len if tokenizer else None, run.limit, plan.l2_margin,
-                               run.points_options(), run.interval_options(), plan.held_out),
+                               run.points_options(), run.interval_options(), plan.held_out, run.gate_options()),
                    tokenizer=tokenizer, progress=progress)
     for s in plan.settings:
         ev.run(s, overwrite=run.overwrite, sampling=setting_sampling(run, s))
@@ -197,7 +199,8 @@ def run_meta(run: EvalRun, plan: RunPlan, identity: dict) -> dict:
             "prompt_hash": prompts.prompt_fingerprint(), "scorer_sha256": scorer_sha256(), "limit": run.limit,
             "structured": run.structured, "data": identity["data"],
             "annotations_sha256": identity["annotations_sha256"],
-            "point_bands": list(run.points_options().bands), "large_error": run.large_error}
+            "point_bands": list(run.points_options().bands), "large_error": run.large_error,
+            "answer_tolerance": run.answer_tolerance, "ignore_missing": run.ignore_missing}
 
 
 def write_reports(ev: Evaluator, settings: list[Setting], scored: dict[str, dict], meta: dict,
@@ -208,13 +211,15 @@ def write_reports(ev: Evaluator, settings: list[Setting], scored: dict[str, dict
     eval/compare.py pairs; report.json's meta records its hash)."""
     from gbtrain.evaluation import html_report, reports
     from gbtrain.metric.parsing import normalize_items
-    from gbtrain.metric.scoring import item_boxes, write_report
+    from gbtrain.metric.scoring import QUESTION_COLUMNS, item_boxes, question_rows, write_report
 
     out = ev.out
     outcomes = reports.outcomes_text(scored)
     report = reports.build_report(scored, meta | {"outcomes": reports.outcomes_record(outcomes)}, diagnostics)
     (out / reports.OUTCOMES_FILE).write_text(outcomes, encoding="ascii")
     write_report(report, out / "report.json")
+    write_table(out / "questions.csv", QUESTION_COLUMNS,
+                [row for name, rep in sorted(scored.items()) for row in question_rows(name, rep)])
     (out / "report.md").write_text(reports.markdown(report), encoding="utf-8")
     reports.plots(report, out / "plots")
     for s in settings:

@@ -25,7 +25,6 @@ model that does not load) is listed with the reason and tried again by the next 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
@@ -42,7 +41,7 @@ from gbtrain.data.sft_dataset import finished_build
 from gbtrain.data.splits import SplitRule
 from gbtrain.evaluation.engine import parse_settings
 from gbtrain.evaluation.run import EvalRun, check_run, evaluate_checkpoint
-from gbtrain.files import read_json, write_atomic
+from gbtrain.files import read_json, write_atomic, write_table
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_from_spec, judge_usage
 from gbtrain.metric.selective import SelectiveFlags, choose_threshold, rule_flag
@@ -195,19 +194,10 @@ def best_row(rows: list[dict], metric: str = "accuracy") -> dict | None:
 
 
 def write_csv(rows: list[dict], settings: list[str], path: Path) -> None:
-    columns = ["checkpoint", "step", "status", *[f"accuracy {s}" for s in settings], *[f"mAP {s}" for s in settings],
-               "mean_accuracy", "mean_map", "eval_loss", "problem"]
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([r["checkpoint"], r["step"], r["status"], *[r["accuracy"].get(s, "") for s in settings],
-                        *[r["map"].get(s, "") for s in settings], _blank(r["mean_accuracy"]), _blank(r["mean_map"]),
-                        _blank(r["eval_loss"]), r["problem"] or ""])
-
-
-def _blank(value) -> object:
-    return "" if value is None else value
+    columns = ("checkpoint", "step", "status", *[f"accuracy {s}" for s in settings], *[f"mAP {s}" for s in settings],
+               "mean_accuracy", "mean_map", "eval_loss", "problem")
+    write_table(path, columns, [{**r, **{f"accuracy {s}": r["accuracy"].get(s) for s in settings},
+                                 **{f"mAP {s}": r["map"].get(s) for s in settings}} for r in rows])
 
 
 def _pct(value: float | None) -> str:

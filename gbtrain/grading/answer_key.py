@@ -7,11 +7,13 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import yaml
 
 from gbtrain import prompts
+from gbtrain.metric.answers import answer_type_of, answers_equivalent
 from gbtrain.metric.parsing import PredictedItem
 from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES
 from gbtrain.values import alias_lookup, points_from_text
@@ -165,7 +167,8 @@ def grading_prompt(coords: str, key: AnswerKey | None) -> str:
 def question_of(item: PredictedItem, key: AnswerKey | None) -> tuple[str | None, str | None]:
     """The question an item answers and how it was found: ("id") the id the model wrote, one of the key's
     (compared as label words are: fullwidth digits and case folded) or, without a key, any; else ("reference") the
-    one key question whose reference the item's answer repeats, a fallback the tables count; else the id the model
+    one key question whose reference the item's answer repeats (read by the reference's type, exactly: "(B)" repeats
+    B, "1/2" repeats 0.5), a fallback the tables count; else the id the model
     wrote, if any, matched to nothing (None)."""
     given = item.question_id
     if key is None:
@@ -173,5 +176,6 @@ def question_of(item: PredictedItem, key: AnswerKey | None) -> tuple[str | None,
     found = alias_lookup({q.qid: q.qid for q in key}, given) if given else None
     if found is not None:
         return found, "id"
-    matches = [q.qid for q in key if q.answer is not None and q.answer.strip() == item.answer.strip()]
+    matches = [q.qid for q in key if q.answer is not None and answers_equivalent(
+        item.answer, q.answer, answer_type_of(q.question_type, q.answer), Fraction(0)) is True]
     return (matches[0], "reference") if len(matches) == 1 else (given, None)

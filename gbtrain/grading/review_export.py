@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 from xml.sax.saxutils import quoteattr
 
-from gbtrain.files import read_json, write_atomic
+from gbtrain.files import read_json, table_value, write_atomic
 from gbtrain.grading.review import (
     CONFIG,
     IMAGES,
@@ -27,7 +27,6 @@ from gbtrain.grading.review import (
     read_graded,
     shown_question_id,
 )
-from gbtrain.grading.tables import table_value
 from gbtrain.outputs import REVIEW_RECORD, claim_output_folder
 from gbtrain.schema import (
     QUESTION_TYPES,

@@ -4,14 +4,12 @@ given students) and summary.json, rewritten from the page files at the end of ev
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
-from gbtrain.files import write_atomic
+from gbtrain.files import write_atomic, write_table
 from gbtrain.grading.grades import page_file, read_page_file
 from gbtrain.grading.pages import Page
-from gbtrain.text import csv_cell
 
 GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "score", "full_score", "x1", "y1",
                  "x2", "y2", "confidence", "box_confidence", "review", "status")
@@ -21,15 +19,6 @@ TOTAL_COLUMNS = ("page", "document", "student", "status", *COUNTS)
 QUESTION_COLUMNS = ("page", "document", "student", "question_id", "status", "item", "items", "points", "full_score",
                     "review")
 GROUP_COLUMNS = ("pages", *COUNTS)  # per document (a PDF or an image file) and per student
-
-
-def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
-    # errors="backslashreplace": a lone surrogate (in a reply, or a file name's undecodable bytes) is written as its
-    # escape, as write_atomic writes the page files
-    with open(path, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
-        w = csv.DictWriter(f, columns)
-        w.writeheader()
-        w.writerows({k: csv_cell(table_value(row.get(k))) for k in columns} for row in rows)
 
 
 def _sum(rows: list[dict], key: str):
@@ -55,7 +44,7 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
     came from (review_threshold)."""
     records = [read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
     # an item's score, full score and confidences are absent on pages graded before points or confidences
-    _write_csv(out / "grades.csv", GRADE_COLUMNS, [
+    write_table(out / "grades.csv", GRADE_COLUMNS, [
         {"page": r["page"], "item": it["index"] + 1, "question_id": it["question_id"] or "", "text": it["text"],
          "answer": it["answer"], "correctness": "" if it["correctness"] is None else str(it["correctness"]).lower(),
          **{k: it.get(k) for k in ("score", "full_score", "confidence", "box_confidence")},
@@ -67,15 +56,15 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
     per_page = [{"page": r["page"], **place[r["page"]], "status": r["status"], "points": None, "full_points": None,
                  "review": 0, "missing": 0, "duplicate": 0, "by_reference": 0, "unkeyed": 0, **r["totals"]}
                 for r in records]
-    _write_csv(out / "totals.csv", TOTAL_COLUMNS, per_page)
-    _write_csv(out / "questions.csv", QUESTION_COLUMNS, [{"page": r["page"], **place[r["page"]], **q}
+    write_table(out / "totals.csv", TOTAL_COLUMNS, per_page)
+    write_table(out / "questions.csv", QUESTION_COLUMNS, [{"page": r["page"], **place[r["page"]], **q}
                                                          for r in records for q in r.get("questions") or []])
     per_document = group_totals(per_page, "document")
-    _write_csv(out / "documents.csv", ("document", *GROUP_COLUMNS), [{"document": k, **v}
+    write_table(out / "documents.csv", ("document", *GROUP_COLUMNS), [{"document": k, **v}
                                                                      for k, v in per_document.items()])
     per_student = group_totals(per_page, "student") if students else None
     if per_student is not None:
-        _write_csv(out / "students.csv", ("student", *GROUP_COLUMNS), [{"student": k, **v}
+        write_table(out / "students.csv", ("student", *GROUP_COLUMNS), [{"student": k, **v}
                                                                        for k, v in per_student.items()])
     else:  # an earlier run's, made with students this run was not given: it would not match the other tables
         (out / "students.csv").unlink(missing_ok=True)
@@ -86,10 +75,3 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
                "per_document": per_document, "per_student": per_student, "per_page": per_page}
     write_atomic(out / "summary.json", json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return summary
-
-
-def table_value(value):
-    """A table cell of a value that may be absent (None: an empty cell), a whole number of points without `.0`."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    return "" if value is None else value

@@ -1,7 +1,9 @@
-"""Stage 4, the metric: every module here is what the scorer fingerprint (``scoring.scorer_sha256``) hashes.
+"""Stage 4, the metric. The scorer fingerprint (``scoring.scorer_sha256``) hashes the modules that decide a score
+(``scoring.SCORER_MODULES``: all of these but ``agreement``, with core's schema, coords, values and vocabulary).
 
 - ``parsing``: a model's reply read into items, never crashing.
-- ``judges``: answer equivalence (rules, or an LLM through an inference backend).
+- ``answers``: answers judged by their type (numbers within a tolerance, choices, truth values, text), token F1, ANLS.
+- ``judges``: answer equivalence (the typed rule, or an LLM through an inference backend).
 - ``points``: a model's points against teachers' (errors, banded kappa, coverage).
 - ``scoring``: the GradingBench gated metric and localization mAP.
 - ``agreement``: the points report from two score files (eval/agreement.py).

@@ -1,9 +1,10 @@
 """Answer-equivalence judges for the answer gate of answer-free scoring.
 
-``RuleJudge`` (the default) needs no model: equal after normalisation, equal numbers, the same choice
-letters, or the same truth value. ``LLMJudge`` asks a model through any text generator (a gbtrain
-inference backend) with a fixed prompt; only a strict yes counts, and results are cached by
-(answer, reference). ``JUDGES`` names them for `--judge`: a new judge is a class and one line there.
+``RuleJudge`` (the default) needs no model: the rule of the reference's type (gbtrain.metric.answers: numbers
+within a relative tolerance, choice letters, truth values, normalised text). ``LLMJudge`` asks a model through any
+text generator (a gbtrain inference backend) with a fixed prompt; only a strict yes counts, and results are cached by
+(answer, reference); the scorer asks it only what the rule cannot decide. ``JUDGES`` names them for `--judge`: a
+new judge is a class and one line there.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from gbtrain.inference.registry import judge_generator
+from gbtrain.metric import answers
 from gbtrain.text import redact
-from gbtrain.vocabulary import FALSE_WORDS, TRUE_WORDS, one_of
-
-_TRAILING_PUNCT = "。．.，,；;：:！!？?、"
+from gbtrain.vocabulary import one_of
 
 
 def normalize_text(s: str) -> str:
@@ -26,71 +26,17 @@ def normalize_text(s: str) -> str:
     return re.sub(r"\s+", "", unicodedata.normalize("NFKC", s or "")).lower()
 
 
-_MAX_NUMBER_CHARS = 64  # longer "numbers" (or exponents over 3 digits) are not exam answers: exact
-# arithmetic on 1e999999999 would run for hours
-
-
-def _number(s: str) -> Fraction | None:
-    """An integer, decimal, fraction (a/b), percentage or thousands-separated number; else None."""
-    s = s.strip().rstrip(_TRAILING_PUNCT)
-    if len(s) > _MAX_NUMBER_CHARS or re.search(r"[eE][+-]?\d{4}", s):
-        return None
-    pct = s.endswith("%")
-    if pct:
-        s = s[:-1]
-    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?", s):
-        s = s.replace(",", "")
-    try:
-        if re.fullmatch(r"[+-]?\d+/\d+", s):
-            num, den = s.split("/")
-            if int(den) == 0:
-                return None
-            value = Fraction(int(num), int(den))
-        elif re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", s):
-            value = Fraction(s)
-        else:
-            return None
-    except (ValueError, ZeroDivisionError):
-        return None
-    return value / 100 if pct else value
-
-
-def _choices(s: str) -> frozenset[str] | None:
-    """Choice letters: 'B', 'A C', 'A、C', '(B)', 'ab' -> their set; None when s is not only letters A-H."""
-    letters = re.sub(r"[\s,，、()（）\[\]和]+", "", s.upper().replace("AND", " "))
-    if letters and re.fullmatch(r"[A-H]+", letters) and len(set(letters)) == len(letters):
-        return frozenset(letters)
-    return None
-
-
-def _truth(s: str) -> bool | None:
-    if s in TRUE_WORDS:
-        return True
-    if s in FALSE_WORDS:
-        return False
-    return None
-
-
 class RuleJudge:
-    """Deterministic equivalence; no model."""
+    """Deterministic equivalence by the reference's type (gbtrain.metric.answers); two texts it cannot tell apart
+    are not equivalent. No model."""
 
     name = "rule"
 
+    def __init__(self, rel_tol: Fraction = answers.DEFAULT_REL_TOL):
+        self.rel_tol = rel_tol
+
     def equivalent(self, answer: str, reference: str) -> bool:
-        a, r = normalize_text(answer), normalize_text(reference)
-        if not a:
-            return False
-        a_strip, r_strip = a.rstrip(_TRAILING_PUNCT), r.rstrip(_TRAILING_PUNCT)
-        if a_strip == r_strip:
-            return True
-        na, nr = _number(a), _number(r)
-        if na is not None and nr is not None:
-            return abs(na - nr) <= abs(nr) * Fraction(1, 10**6) if nr != 0 else na == 0
-        ca, cr = _choices(a_strip), _choices(r_strip)
-        if ca is not None and cr is not None:
-            return ca == cr
-        ta, tr = _truth(a_strip), _truth(r_strip)
-        return ta is not None and ta == tr
+        return answers.answers_equivalent(answer, reference, None, self.rel_tol) is True
 
     def judge_many(self, pairs: list[tuple[str, str]]) -> list[bool]:
         return [self.equivalent(a, r) for a, r in pairs]

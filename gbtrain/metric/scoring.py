@@ -15,6 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
@@ -24,13 +25,14 @@ from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.data.held_out import SplitFlags, resolve_held_out
+from gbtrain.files import write_table
 from gbtrain.inference.base import VLLMMemory
-from gbtrain.metric import confidence, intervals, judges, parsing, points, selective
+from gbtrain.metric import answers, confidence, intervals, judges, parsing, points, selective
 from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes
 from gbtrain.metric.judges import normalize_text
 from gbtrain.metric.points import PointsFlags, PointsOptions, verdict_errors
-from gbtrain.schema import RIGHT, WRONG, Box, Group, Record
-from gbtrain.vocabulary import ANSWER_FREE, FALSE_WORDS, LEVELS, MODES, TRUE_WORDS
+from gbtrain.schema import RIGHT, WRONG, Box, Group, Mark, Record
+from gbtrain.vocabulary import ANSWER_FREE, LEVELS, MODES
 
 IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
 CER_THRESHOLD = 0.7
@@ -50,12 +52,17 @@ class ScoreOptions:
     judge: str = "rule"
     points_options: PointsOptions = PointsOptions()  # bands and the large-error threshold
     intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
+    answer_tolerance: float = float(answers.DEFAULT_REL_TOL)  # numbers: the relative difference still equal
+    ignore_missing: bool = False  # score only the records the model answered (the report's header says so)
 
     def __post_init__(self):
         if self.level not in LEVELS or self.mode not in MODES:
             raise ValueError(f"level {self.level!r} / mode {self.mode!r}: choose L1-L3 and answer-free/answer-based")
         if not (math.isfinite(self.match_radius) and self.match_radius > 0):
             raise ValueError(f"match radius {self.match_radius!r}: must be a positive number")
+        if not (isinstance(self.answer_tolerance, int | float) and 0 <= self.answer_tolerance < 1):  # NaN too
+            raise ValueError(f"--answer-tolerance {self.answer_tolerance!r}: give a relative difference from 0 "
+                             f"(exact) to below 1, e.g. 0.05")
         from_model([0, 0, 1, 1], 1, 1, self.coords, self.budget)  # raises on an unknown convention
 
 
@@ -202,6 +209,20 @@ class GroupOutcome:
     confidence: float | None = None  # the matched item's judgment confidence (docs/metric.md#confidences)
     unverifiable: bool = False  # answer-free, no reference: the answer gate was skipped
     excluded: bool = False
+    answer_type: str | None = None  # answer-free: the reference's type, whose rule judged the answer
+    answer_by: str | None = None  # answer-free: what decided the answer gate, "rule" or the judge's name
+    box: list[float] | None = None  # the matched item's box (original pixels)
+    iou: float | None = None  # its IoU with the group's box
+    text_f1: float | None = None  # soft scores of the matched item's transcription and (with a reference) answer
+    text_anls: float | None = None
+    answer_f1: float | None = None
+    answer_anls: float | None = None
+    points: float | None = None  # the matched item's score, as points (parsing.parse_points; None without one)
+
+
+def answer_type(group: Group) -> str:
+    """The type whose rule judges an answer to this group (gbtrain.metric.answers.answer_type_of)."""
+    return answers.answer_type_of(group.question_type, group.std or "")
 
 
 def _pending(record: Record, g: Group) -> GroupOutcome:
@@ -277,13 +298,21 @@ def _pages(g: GradedSetting) -> dict[str, PageOutcomes]:
     return pages
 
 
+# The modules whose code decides a score, relative to the gbtrain package: what scorer_sha256 hashes, and nothing
+# else (a CLI runner such as metric/agreement.py, or a report's layout, changes no figure). docs/metric.md lists
+# them; tests/metric/test_scoring.py fails when code outside them runs while a setting is scored.
+SCORER_MODULES = ("metric/scoring.py", "metric/answers.py", "metric/parsing.py", "metric/judges.py",
+                  "metric/points.py", "metric/intervals.py", "metric/confidence.py", "metric/selective.py",
+                  "schema.py", "coords.py", "values.py", "vocabulary.py")
+
+
 def scorer_sha256() -> str:
-    """Hash of the scoring code (every module of this package: parsing, judges, scoring) and of the true/false words
-    they read, so reports state what scored them."""
+    """Hash of the code that decides a score (SCORER_MODULES, the true/false words of vocabulary.py among them), so
+    that two reports made by the same scorer are comparable and others are not."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.read_bytes())
-    h.update(repr((sorted(TRUE_WORDS), sorted(FALSE_WORDS))).encode())
+    package = Path(__file__).resolve().parents[1]
+    for name in SCORER_MODULES:
+        h.update(name.encode() + b"\0" + (package / name).read_bytes())
     return h.hexdigest()
 
 
@@ -338,18 +367,31 @@ def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
           judge: judges.Judge | None = None) -> GradedSetting:
     """Every group's outcome: matched (3), transcribed (4), answered (5, one judge call for the whole setting)
     and judged (6)."""
-    g = GradedSetting(records, predictions, opts, judge or judges.RuleJudge())
+    missing = [r.record_id for r in records if r.record_id not in predictions.responses]
+    if opts.ignore_missing:  # every metric over the answered records only (the report's header says how many)
+        records = [r for r in records if r.record_id in predictions.responses]
+    g = GradedSetting(records, predictions, opts, judge or judges.RuleJudge(), missing=missing)
     pending_answers: list[tuple[GroupOutcome, parsing.PredictedItem, str]] = []
     for r in records:
         group_outcomes = [_pending(r, grp) for grp in r.groups]
         g.outcomes += group_outcomes
-        if r.record_id not in predictions.responses:
-            g.missing.append(r.record_id)
+        if r.record_id in predictions.responses:
+            pending_answers += _grade_record(g, r, group_outcomes)
+    tolerance = Fraction(str(opts.answer_tolerance))
+    undecided = []
+    for out, item, ref in pending_answers:  # (5) the rule of the reference's type; a judge for what it cannot tell
+        decided = answers.answers_equivalent(item.answer, ref, out.answer_type, tolerance)
+        if decided is None and not isinstance(g.judge, judges.RuleJudge):
+            undecided.append((out, item, ref))
             continue
-        pending_answers += _grade_record(g, r, group_outcomes)
-    g.judged_pairs = [(item.answer, ref) for _, item, ref in pending_answers]
+        out.answer_by = "rule"
+        if decided:
+            out.reasoned = True
+            _judge_step(out, item)
+    g.judged_pairs = [(item.answer, ref) for _, item, ref in undecided]
     verdicts = g.judge.judge_many(g.judged_pairs)
-    for (out, item, _), ok in zip(pending_answers, verdicts, strict=True):
+    for (out, item, _), ok in zip(undecided, verdicts, strict=True):
+        out.answer_by = getattr(g.judge, "name", "judge")
         if ok:
             out.reasoned = True
             _judge_step(out, item)
@@ -380,15 +422,24 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
     g.scores += [((r.record_id, group_of.get(i, f"item {i}")), ib.item.score) for i, ib in enumerate(items)
                  if ib.item.score is not None]
     for g_idx, i_idx in matches.items():
-        grp, out, item = r.groups[g_idx], group_outcomes[g_idx], items[i_idx].item
+        grp, out, item, box = r.groups[g_idx], group_outcomes[g_idx], items[i_idx].item, items[i_idx].box
         g.matched_items[(r.record_id, grp.group_id)] = item
         out.localized = True
         out.confidence = item.confidence
+        out.box = [round(v, 1) for v in box.as_list()]
+        out.iou = round(box.iou(grp.box), _ROUND)
         out.cer = round(cer(item.text, grp.hand), _ROUND)
+        out.points = parsing.parse_points(item.score)[0] if item.score is not None else None
+        out.text_f1 = round(answers.token_f1(item.text, grp.hand), _ROUND)
+        out.text_anls = round(answers.anls(item.text, grp.hand), _ROUND)
+        if grp.std is not None:
+            out.answer_f1 = round(answers.token_f1(item.answer, grp.std), _ROUND)
+            out.answer_anls = round(answers.anls(item.answer, grp.std), _ROUND)
         if out.cer >= CER_THRESHOLD:
             continue
         out.recognized = True
         if g.opts.mode == ANSWER_FREE and grp.std is not None:
+            out.answer_type = answer_type(grp)
             pending.append((out, item, grp.std))
             continue
         out.unverifiable = g.opts.mode == ANSWER_FREE
@@ -421,6 +472,8 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "fp": lambda g: verdict_errors(verdict_pairs(g.counted))["gives_marks"],
     "unverifiable": lambda g: sum(o.unverifiable for o in g.counted),
     "judge_replies": lambda g: g.judge.stats(g.judged_pairs),
+    "answer_gate": lambda g: answer_gate(g.counted),
+    "soft_scores": lambda g: soft_scores(g.counted),
     "labels": lambda g: dict(sorted(Counter(o.label for o in g.outcomes).items())),
     "excluded_other_labels": lambda g: sum(o.excluded for o in g.outcomes),
     "map_20_50": lambda g: g.localization[0],
@@ -465,22 +518,81 @@ def verdict_pairs(outcomes: list[GroupOutcome]) -> list[tuple[bool, bool]]:
     return [(o.label == RIGHT, o.judged is True) for o in outcomes if o.judged is not None]
 
 
+SOFT_SCORES = ("text_f1", "text_anls", "answer_f1", "answer_anls")
+
+
+def soft_scores(outcomes: list[GroupOutcome]) -> dict[str, float | None]:
+    """Token F1 and ANLS (threshold 0.5) of the transcriptions and of the derived answers, beside the CER gate:
+    the mean over the groups (an unmatched group scores 0; the answer's over the groups with a reference answer,
+    None without any)."""
+    with_reference = [o for o in outcomes if o.answer_f1 is not None or not o.localized]
+    means = {}
+    for name in SOFT_SCORES:
+        over = with_reference if name.startswith("answer") else outcomes
+        means[name] = round(sum(getattr(o, name) or 0.0 for o in over) / len(over), _ROUND) if over else None
+    return means
+
+
+def answer_gate(outcomes: list[GroupOutcome]) -> dict:
+    """How the answer gate (5) was decided: by answer type, how many answers its rule judged and how many went to
+    the judge (the rule cannot tell two different texts apart; with the rule judge they fail the gate)."""
+    asked = [o for o in outcomes if o.answer_by is not None]
+    return {"by_rule": sum(o.answer_by == "rule" for o in asked),
+            "by_judge": sum(o.answer_by != "rule" for o in asked),
+            "types": dict(sorted(Counter(o.answer_type for o in asked).items()))}
+
+
 def breakdown(outcomes: list[GroupOutcome]) -> dict:
-    """Accuracy by subject, stage, question type and content format, over the categories in the data, and the
-    wrong verdicts that cost students marks or gave them marks (points.verdict_errors)."""
+    """Accuracy by subject, stage, question type and content format, over the categories in the data, the soft
+    scores, and the wrong verdicts that cost students marks or gave them marks (points.verdict_errors)."""
     result = {}
     for key in BREAKDOWN_KEYS:
         cats: dict[str, list[GroupOutcome]] = {}
         for o in outcomes:
             cats.setdefault(getattr(o, key), []).append(o)
         result[key] = {k: {"n": len(os), "correct": sum(o.accurate for o in os),
-                           "accuracy": _rate(sum(o.accurate for o in os), len(os)),
+                           "accuracy": _rate(sum(o.accurate for o in os), len(os)), **soft_scores(os),
                            **verdict_errors(verdict_pairs(os))} for k, os in sorted(cats.items())}
     return result
 
 
+@dataclass(kw_only=True)
+class GateFlags:
+    """The answer gate's tolerance and what counts as missing, for every tool that scores (eval/score.py,
+    eval/run_eval.py), defined once."""
+
+    answer_tolerance: float = option(float(answers.DEFAULT_REL_TOL), "answer gate: the relative difference within "
+                                     "which a number equals its reference (0: exact)", group="scoring")
+    ignore_missing: bool = option(False, "score only the records the model answered (the report's header says how "
+                                         "many were left out); by default a missing reply fails its groups",
+                                  group="scoring")
+
+    def gate_options(self) -> dict:
+        return {"answer_tolerance": self.answer_tolerance, "ignore_missing": self.ignore_missing}
+
+
+# the per-question table (score.py: REPORT.questions.csv; run_eval.py: OUT/questions.csv): one row per group
+QUESTION_COLUMNS = ("setting", "record_id", "group_id", "label", "question_type", "localized", "recognized",
+                    "reasoned", "accurate", "box", "iou", "cer", "text_f1", "text_anls", "answer_type", "answer_by",
+                    "answer_f1", "answer_anls", "verdict", "points", "excluded")
+
+
+def question_rows(setting: str, report: dict) -> list[dict]:
+    """The rows of the per-question table of one scored setting (its report's groups)."""
+    def verdict(judged) -> str:
+        return "" if judged is None else RIGHT if judged else WRONG
+    return [{**g, "setting": setting, "verdict": verdict(g["judged"]),
+             "box": " ".join(f"{v:g}" for v in g["box"]) if g["box"] else None} for g in report["groups"]]
+
+
+def questions_path(report_path: str | Path) -> Path:
+    """Where score.py writes a report's per-question table: beside it, REPORT.questions.csv."""
+    path = Path(report_path)
+    return path.with_name(path.stem + ".questions.csv")
+
+
 @dataclass
-class ScoreRun(PointsFlags, IntervalFlags, SplitFlags):
+class ScoreRun(PointsFlags, IntervalFlags, SplitFlags, GateFlags):
     """Everything one `eval/score.py` call needs; each field is one of its flags (gbtrain.cli.add_options)."""
 
     data: str = option(help="GradingBench-layout folder")
@@ -509,10 +621,10 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     or warned about. The options are checked first, so a bad radius or budget never scores a file as 0.0."""
     opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
-                        run.points_options(), run.interval_options())
+                        run.points_options(), run.interval_options(), **run.gate_options())
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     held = resolve_held_out(run.data, run.split, run.build, None)
-    loaded = load_level(run.data, run.level, lenient=run.lenient)
+    loaded = load_level(run.data, run.level, lenient=run.lenient, whole_images=False)
     loaded.records = [r for r in loaded.records if held.keeps(r)]
     if not loaded.records:  # a report of "0 groups" would read as a score
         skipped = f" ({len(loaded.skipped)} skipped as unreadable)" if loaded.skipped else ""
@@ -522,7 +634,35 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     report = score(loaded.records, preds, opts, judge) | {
         "held_out": held.record(held.training_records(loaded.records))}
     write_report(report, run.out)
+    write_table(questions_path(run.out), QUESTION_COLUMNS, question_rows(f"{run.level}-{run.mode}", report))
     return report, loaded.skipped + loaded.warnings
+
+
+# score.py --self-check: five reference items, one of each answer type (a fraction among the numbers), all right
+_SELF_CHECK = (("42", "42", "Fill-in-the-blank"), ("1/2", "1/2", "Fill-in-the-blank"), ("B", "B", "Multiple-choice"),
+               ("√", "√", "True-False"), ("library", "library", "Fill-in-the-blank"))
+_SELF_CHECK_ONES = ("accuracy", "localized", "recognized", "reasoned")
+
+
+def self_check() -> list[str]:
+    """Five reference items with perfect predictions scored in both modes: every gate, mAP and soft score must be
+    perfect and every answer decided by its type's rule. Returns what is not (nothing: the scorer works here)."""
+    marks = [Mark(points=[(100, 100 + 150 * i), (400, 100 + 150 * i), (400, 200 + 150 * i), (100, 200 + 150 * i)],
+                  label=RIGHT, raw_label=RIGHT, mark_id=f"q{i + 1}", hand=hand, std=std, question_type=qtype)
+             for i, (hand, std, qtype) in enumerate(_SELF_CHECK)]
+    record = Record("self-check", "L3", "Mathematics", "self-check.png", 1000, 1000, marks)
+    reply = [{"bbox_2d": [100, 100 + 150 * i, 400, 200 + 150 * i], "text": hand, "answer": std, "correctness": True}
+             for i, (hand, std, _) in enumerate(_SELF_CHECK)]
+    problems = []
+    for mode in MODES:
+        report = score([record], Predictions({"self-check": json.dumps(reply, ensure_ascii=False)}),
+                       ScoreOptions("L3", mode, "abs"))
+        figures = {m: report[m] for m in _SELF_CHECK_ONES} | {"map_20_50 / 100": report["map_20_50"] / 100} | {
+            f"soft {k}": v for k, v in report["soft_scores"].items() if v is not None}
+        problems += [f"{mode}: {name} {value!r}, not 1" for name, value in figures.items() if value != 1]
+        if mode == ANSWER_FREE and report["answer_gate"]["by_rule"] != len(_SELF_CHECK):
+            problems.append(f"{mode}: the rule decided {report['answer_gate']} of {len(_SELF_CHECK)} answers")
+    return problems
 
 
 def write_report(report: dict, path: str | Path) -> None:

@@ -207,6 +207,11 @@ def test_damaged_images_are_named_with_their_record(tmp_path):
         assert f"record {n}" in text and f"{n}.jpg" in text
     assert "truncated (no JPEG end marker)" in text and "decompression bomb" in text.lower()
     assert load_level(data, "L3", lenient=True).skipped
+    # the scorer's check (it reads no pixel): each header's size only, so a file that is no image, or a bomb's
+    # header, is still named; the cut JPEG and the broken PNG chunk are the evaluator's and the trainer's to find
+    with pytest.raises(AnnotationError) as e:
+        load_level(data, "L3", whole_images=False)
+    assert sorted(p.record_id for p in e.value.problems) == ["bomb", "junk"]
 
 
 def test_malformed_json(tmp_path):

@@ -1,3 +1,5 @@
+from fractions import Fraction
+
 import pytest
 
 from gbtrain.metric.judges import LLMJudge, RuleJudge, normalize_text, parse_yes_no
@@ -10,10 +12,12 @@ from gbtrain.metric.judges import LLMJudge, RuleJudge, normalize_text, parse_yes
     ("1,000", "1000", True),
     ("50%", "0.5", True),
     ("1/2", "0.5", True),
-    ("0.3333333", "1/3", True),  # relative difference 1e-7, within 1e-6
-    ("0.3333", "1/3", False),
+    ("0.3333333", "1/3", True),  # relative difference 1e-7
+    ("0.3333", "1/3", True),  # 1e-4: within the default 5%
+    ("104", "100", True),  # 4%
+    ("106", "100", False),  # 6%
     ("1000000.5", "1000000", True),
-    ("3.14", "3.15", False),
+    ("3.14", "3.15", True),
     ("-4", "-4.0", True),
     ("0", "0.0", True),
     ("A、C", "CA", True),
@@ -32,6 +36,13 @@ from gbtrain.metric.judges import LLMJudge, RuleJudge, normalize_text, parse_yes
 ])
 def test_rule_judge(answer, reference, same):
     assert RuleJudge().equivalent(answer, reference) is same
+
+
+def test_rule_judge_tolerance():
+    """--answer-tolerance 1e-6: what the rule judge did before numbers were read by type."""
+    exact = RuleJudge(Fraction(1, 10**6))
+    assert exact.equivalent("0.3333333", "1/3") and not exact.equivalent("0.3333", "1/3")
+    assert not exact.equivalent("3.14", "3.15") and exact.equivalent("½", "0.5")
 
 
 def test_normalize_text():

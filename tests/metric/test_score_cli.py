@@ -1,5 +1,6 @@
 """eval/score.py end to end: a prediction file in, report.json out (rule judge, and a real vLLM judge)."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -40,6 +41,25 @@ def test_cli_scores_and_reports(synth_dir, tmp_path):
     assert report["coverage"]["missing"] == 2
     assert report["accuracy"] == pytest.approx(1 - missing_groups / report["n_groups"], abs=1e-6)
     assert "accuracy" in proc.stdout and "missing 2" in proc.stdout
+    with open(tmp_path / "report.questions.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(report["groups"]) and {r["setting"] for r in rows} == {"L1-answer-free"}
+    answered = [r for r in rows if r["record_id"] not in {rec.record_id for rec in records[:2]}]
+    assert all(r["accurate"] == "True" and r["iou"] and r["text_f1"] == "1" and r["answer_by"] == "rule"
+               for r in answered)
+    assert {r["accurate"] for r in rows if r not in answered} == {"False"}
+    # --ignore-missing: the answered records only, and it says so
+    proc = run_score("--data", synth_dir, "--level", "L1", "--mode", "answer-free", "--predictions",
+                     tmp_path / "p.jsonl", "--coords", "qwen25", "--ignore-missing", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["accuracy"] == 1 and report["n_records"] == len(records) - 2
+    assert f"scored {len(records) - 2} records, 2 left out" in proc.stderr
+
+
+def test_cli_self_check():
+    proc = run_score("--self-check")
+    assert proc.returncode == 0 and proc.stdout.startswith("self-check passed"), proc.stderr
 
 
 def test_cli_refuses_duplicates_with_exit_2(synth_dir, tmp_path):
@@ -55,10 +75,18 @@ def test_cli_refuses_duplicates_with_exit_2(synth_dir, tmp_path):
 def test_cli_with_a_real_vllm_judge(synth_dir, tiny_qwen3_dir, tmp_path):
     """A Qwen3 judge (Qwen3's chat template, thinking off) that is untrained answers neither a strict yes nor
     no: every answer gate it decides fails, so only groups without a reference (unverifiable) can pass, and
-    each of its replies is reported as unclear rather than silently taken as "no"."""
+    each of its replies is reported as unclear rather than silently taken as "no". It is asked only what the
+    typed rule cannot decide: here every answer differs from its reference by a letter, which the rule fails for
+    numbers and choices and leaves to the judge for texts."""
     records = load_level(synth_dir, "L3").records[:3]
     ids = {r.record_id for r in records}
     write_predictions(tmp_path / "p.jsonl", records)
+    lines = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
+    for line in lines:
+        line["response"] = json.dumps([it | {"answer": it["answer"] + "x"} for it in json.loads(line["response"])],
+                                      ensure_ascii=False)
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines),
+                                      encoding="utf-8")
     out = tmp_path / "r.json"
     proc = run_score("--data", synth_dir, "--level", "L3", "--mode", "answer-free", "--predictions",
                      tmp_path / "p.jsonl", "--coords", "qwen25", "--judge", f"vllm:{tiny_qwen3_dir}",
@@ -68,8 +96,10 @@ def test_cli_with_a_real_vllm_judge(synth_dir, tiny_qwen3_dir, tmp_path):
     assert report["settings"]["judge"] == f"vllm:{tiny_qwen3_dir}"
     scored = [g for g in report["groups"] if g["record_id"] in ids]
     assert scored and all(g["reasoned"] == g["unverifiable"] for g in scored)
-    replies = report["judge_replies"]
+    replies, gate = report["judge_replies"], report["answer_gate"]
     assert replies["asked"] > 0 and replies["unclear"] == replies["asked"] - replies["yes"] - replies["no"]
+    assert gate["by_judge"] > 0 and gate["by_rule"] > 0
+    assert all(g["answer_by"] == f"vllm:{tiny_qwen3_dir}" for g in scored if g["answer_type"] == "text")
     if replies["unclear"]:
         assert "neither yes nor no" in proc.stderr
 

@@ -62,7 +62,7 @@ def test_each_gate_fails_alone():
     cases = {
         "far": [item((700, 700, 800, 780)), PERFECT[1]],
         "cer": [item((100, 100, 200, 150), text="13"), PERFECT[1]],
-        "answer": [item((100, 100, 200, 150), answer="41"), PERFECT[1]],
+        "answer": [item((100, 100, 200, 150), answer="45"), PERFECT[1]],  # 7% off 42: beyond the default 5%
         "judgment": [item((100, 100, 200, 150), correctness=False), PERFECT[1]],
     }
     expected = {"far": (0, 0, 0, 0), "cer": (1, 0, 0, 0), "answer": (1, 1, 0, 0), "judgment": (1, 1, 1, 0)}
@@ -194,10 +194,12 @@ def test_breakdown_from_the_data():
     r = run([page(marks=marks)], {"p1": [item((100, 100, 200, 150))]})
     b = r["breakdown"]
     none = {"costs_marks": 0, "gives_marks": 0}  # the one judged group was judged as the teacher did
-    assert b["question_type"] == {"Multiple-choice": {"n": 1, "correct": 0, "accuracy": 0.0, **none},
-                                  "Other": {"n": 1, "correct": 1, "accuracy": 1.0, **none}}
-    assert b["stage"] == {"Elementary": {"n": 1, "correct": 1, "accuracy": 1.0, **none},
-                          "Unknown": {"n": 1, "correct": 0, "accuracy": 0.0, **none}}
+    unmatched = dict.fromkeys(("text_f1", "text_anls", "answer_f1", "answer_anls"), 0.0)
+    perfect = dict.fromkeys(unmatched, 1.0)
+    assert b["question_type"] == {"Multiple-choice": {"n": 1, "correct": 0, "accuracy": 0.0, **unmatched, **none},
+                                  "Other": {"n": 1, "correct": 1, "accuracy": 1.0, **perfect, **none}}
+    assert b["stage"] == {"Elementary": {"n": 1, "correct": 1, "accuracy": 1.0, **perfect, **none},
+                          "Unknown": {"n": 1, "correct": 0, "accuracy": 0.0, **unmatched, **none}}
     assert b["subject"]["Mathematics"]["n"] == 2
 
 
@@ -256,3 +258,88 @@ def test_perfect_predictions_in_every_setting(synth_dir):
             for mode in ("answer-free", "answer-based"):
                 rep = score(ld.records, Predictions(responses), ScoreOptions(level, mode, coords))
                 assert rep["accuracy"] == 1.0 and rep["map_20_50"] == 100, (level, coords, mode)
+
+
+def test_answers_are_judged_by_their_type_within_the_tolerance():
+    """Issue 49: 104 is 100 within the default 5%, not with --answer-tolerance 0; a Multiple-choice reference reads
+    choice letters; a text the rule cannot decide fails under the rule judge, and the report says who decided."""
+    marks = [mark((100, 100, 200, 150), "n", hand="104", std="100"),
+             mark((100, 400, 300, 460), "c", hand="B", std="B", question_type="Multiple-choice"),
+             mark((500, 100, 700, 150), "t", hand="lion", std="the lion")]
+    items = [item((100, 100, 200, 150), "104", "104"), item((100, 400, 300, 460), "B", "(b)"),
+             item((500, 100, 700, 150), "lion", "a big cat")]
+    r = run([page(marks=marks)], {"p1": items})
+    assert [outcome(r, gid)["reasoned"] for gid in "nct"] == [True, True, False]
+    assert [outcome(r, gid)["answer_type"] for gid in "nct"] == ["number", "choice", "text"]
+    assert r["answer_gate"] == {"by_rule": 3, "by_judge": 0, "types": {"choice": 1, "number": 1, "text": 1}}
+    exact = run([page(marks=marks)], {"p1": items}, answer_tolerance=0.0)
+    assert not outcome(exact, "n")["reasoned"] and exact["settings"]["answer_tolerance"] == 0.0
+    with pytest.raises(ValueError, match=r"--answer-tolerance nan: give a relative difference"):
+        ScoreOptions("L3", "answer-free", "abs", answer_tolerance=float("nan"))
+
+
+def test_soft_scores_of_transcriptions_and_answers():
+    """Token F1 and ANLS per group and their means, by hand: group 1 reads "42" for "42" and answers "41" for "42"
+    (F1 0; edit distance 1 of 2 is not below the 0.5 threshold: ANLS 0); group 2 reads "13" for "7" (F1 0; edit
+    distance 2 of 2: ANLS 0) and answers "8" for "8" (1, 1)."""
+    items = [item((100, 100, 200, 150), "42", "41"), item((100, 400, 300, 460), "13", "8", False)]
+    r = run([page()], {"p1": items})
+    g1, g2 = outcome(r, "1-1"), outcome(r, "1-2")
+    assert (g1["text_f1"], g1["text_anls"], g1["answer_f1"], g1["answer_anls"]) == (1.0, 1.0, 0.0, 0.0)
+    assert (g2["text_f1"], g2["text_anls"], g2["answer_f1"], g2["answer_anls"]) == (0.0, 0.0, 1.0, 1.0)
+    assert r["soft_scores"] == {"text_f1": 0.5, "text_anls": 0.5, "answer_f1": 0.5, "answer_anls": 0.5}
+    assert g1["box"] == [100, 100, 200, 150] and g1["iou"] == 1.0
+
+
+def test_ignore_missing_scores_the_answered_records_only():
+    two = [page("p1"), page("p2")]
+    counted = run(two, {"p1": PERFECT})
+    assert counted["accuracy"] == 0.5 and counted["n_groups"] == 4 and counted["coverage"]["missing"] == 1
+    answered = run(two, {"p1": PERFECT}, ignore_missing=True)
+    assert answered["accuracy"] == 1.0 and answered["n_groups"] == 2 and answered["n_records"] == 1
+    assert answered["coverage"]["missing"] == 1 and answered["map_20_50"] == 100
+    assert answered["settings"]["ignore_missing"] is True
+
+
+def test_the_self_check_passes_and_fails_when_a_metric_is_not_perfect(monkeypatch):
+    from gbtrain.metric import answers, scoring
+
+    assert scoring.self_check() == []
+    monkeypatch.setattr(answers, "token_f1", lambda prediction, reference: 0.5)
+    assert "answer-free: soft text_f1 0.5, not 1" in scoring.self_check()
+
+
+def test_the_fingerprint_covers_every_module_that_runs_in_scoring():
+    """Issue 49: scorer_sha256 hashes SCORER_MODULES and nothing else; a scoring run (both modes, points, logprobs,
+    every gate) runs code of no other gbtrain module, and docs/metric.md lists each."""
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    import gbtrain
+    from gbtrain.metric.scoring import SCORER_MODULES, scorer_sha256
+
+    package = Path(gbtrain.__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in SCORER_MODULES:
+        h.update(name.encode() + b"\0" + (package / name).read_bytes())
+    assert scorer_sha256() == h.hexdigest() and "metric/agreement.py" not in SCORER_MODULES
+    ran = set()
+
+    def trace(frame, event, _arg):
+        path = Path(frame.f_code.co_filename).resolve()
+        if event == "call" and package in path.parents:
+            ran.add(path.relative_to(package).as_posix())
+
+    marks = [mark((100, 100, 200, 150), "1", full_score=4, score=3),
+             mark((100, 400, 300, 460), "2", "wrong", "7", "8", question_type="Multiple-choice")]
+    scored = [item((100, 100, 200, 150)) | {"score": "3,5"}, item((100, 400, 300, 460), "7", "B", False)]
+    sys.setprofile(trace)
+    try:
+        for mode in ("answer-free", "answer-based"):
+            run([page(marks=marks), page("p2")], {"p1": scored, "p2": "not json"}, mode=mode)
+    finally:
+        sys.setprofile(None)
+    assert ran and ran <= set(SCORER_MODULES), sorted(ran - set(SCORER_MODULES))
+    doc = (package.parent / "docs" / "metric.md").read_text(encoding="utf-8")
+    assert all(f"`{name}`" in doc for name in SCORER_MODULES)
