@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections import Counter
 from fractions import Fraction
+from functools import lru_cache
 
 from rapidfuzz.distance import Levenshtein
 
@@ -101,7 +102,13 @@ def parse_number(text: str) -> Fraction | None:
     ignored. Units are not ("5 cm" is None): a rule cannot know whether a unit is right. Over MAX_NUMBER_CHARS
     characters or an exponent over MAX_EXPONENT is None, so exact arithmetic stays fast.
     """
-    if len(text) > MAX_NUMBER_CHARS or _SUBSCRIPT.search(text):
+    # a text too long to be a number is refused before the cache, which so holds short texts only
+    return None if len(text) > MAX_NUMBER_CHARS else _parse_number(text)
+
+
+@lru_cache(maxsize=16_384)  # a setting's references repeat (and are parsed once more to infer their type)
+def _parse_number(text: str) -> Fraction | None:
+    if _SUBSCRIPT.search(text):
         return None
     s = "".join(_VULGAR[ch][0] if ch in _VULGAR else ch for ch in text)
     s = _SUPERSCRIPT_RUN.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), s)
@@ -244,6 +251,8 @@ def _tokens(text: str) -> list[str]:
 def token_f1(prediction: str, reference: str) -> float:
     """SQuAD token F1: the harmonic mean of token precision and recall over the multiset of shared tokens.
     Both empty -> 1.0, one empty -> 0.0."""
+    if prediction == reference:  # the common case of a right reading, and 1.0 by the definition
+        return 1.0
     pred, ref = _tokens(prediction), _tokens(reference)
     if not pred or not ref:
         return float(pred == ref)
@@ -272,5 +281,7 @@ def anls(prediction: str, reference: str | list[str], threshold: float = 0.5) ->
     references = [reference] if isinstance(reference, str) else list(reference)
     if not references:
         raise ValueError("anls needs at least one reference")
+    if prediction in references:  # the common case of a right reading, and 1.0 by the definition
+        return 1.0
     pred = " ".join((prediction or "").lower().split())
     return max(_anls_one(pred, " ".join((ref or "").lower().split()), threshold) for ref in references)

@@ -259,14 +259,16 @@ def map_20_50(records: list[Record], boxes_by_record: dict[str, list[Box]],
     return round(100 * sum(ap.values()) / len(ap), 4), ap
 
 
-def ranked_map(ranked: list[tuple[float | None, int, int, list[float]]], n_groups: int) -> dict:
-    """mAP@[0.2:0.5] the standard way, in [0, 100]: every valid box ranked by its box confidence, 101-point
-    interpolated AP per IoU threshold (docs/metric.md#confidences). Null, with why, when a box has no confidence."""
-    without = sum(conf is None for conf, *_ in ranked)
-    if not ranked or without:
-        why = confidence.NO_CONFIDENCES if without == len(ranked) else \
-            f"{without} of {len(ranked)} boxes without a confidence: one-point mAP only"
+def ranked_map(boxes: list[tuple[float | None, int, int, Box, list[Box]]], n_groups: int) -> dict:
+    """mAP@[0.2:0.5] the standard way, in [0, 100]: every valid box (its confidence, record and item index, the box
+    and its record's group boxes) ranked by its box confidence, 101-point interpolated AP per IoU threshold
+    (docs/metric.md#confidences). Null, with why, when a box has no confidence (no IoU is computed then)."""
+    without = sum(conf is None for conf, *_ in boxes)
+    if not boxes or without:
+        why = confidence.NO_CONFIDENCES if without == len(boxes) else \
+            f"{without} of {len(boxes)} boxes without a confidence: one-point mAP only"
         return {"value": None, "ap_by_iou": None, "undefined": why}
+    ranked = [(conf, r, i, [box.iou(group) for group in groups]) for conf, r, i, box, groups in boxes]
     ap = {f"{t:.2f}": round(confidence.interpolated_ap(confidence.ranked_hits(ranked, t), n_groups), _ROUND)
           for t in IOU_THRESHOLDS}
     return {"value": round(100 * sum(ap.values()) / len(ap), 4), "ap_by_iou": ap, "undefined": None}
@@ -334,7 +336,7 @@ class GradedSetting:
     parse_reasons: Counter = field(default_factory=Counter)
     no_valid_box: int = 0
     # (box confidence or None, record index, item index, IoU with each group of its record) of every valid box
-    ranked: list[tuple[float | None, int, int, list[float]]] = field(default_factory=list)
+    ranked: list[tuple[float | None, int, int, Box, list[Box]]] = field(default_factory=list)
 
     @cached_property
     def counted(self) -> list[GroupOutcome]:
@@ -414,7 +416,8 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
     items = item_boxes(normalized, r, g.opts)
     g.no_valid_box += sum(ib.box is None for ib in items)
     g.boxes_by_record[r.record_id] = [ib.box for ib in items if ib.box is not None]
-    g.ranked += [(ib.item.box_confidence, len(g.boxes_by_record) - 1, i, [ib.box.iou(grp.box) for grp in r.groups])
+    group_boxes = [grp.box for grp in r.groups]
+    g.ranked += [(ib.item.box_confidence, len(g.boxes_by_record) - 1, i, ib.box, group_boxes)
                  for i, ib in enumerate(items) if ib.box is not None]
     pending = []
     matches = match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius)
