@@ -9,7 +9,8 @@
 
 P.jsonl holds one {"id": <record id>, "response": <raw model text>} per line. Writes report.json and, beside it,
 report.questions.csv (one row per annotated group: its gates, matched box, IoU, CER, F1, ANLS, verdict and points).
-A missing reply fails its groups unless --ignore-missing, which scores the answered records only (and says so).
+A missing or unparsable reply fails its groups unless --ignore-missing, which scores the answered records only (and
+says so).
 --self-check scores five reference items with perfect predictions and exits 1 unless every metric is perfect.
 Exit codes: 0 scored (a response that cannot be parsed is counted, with its reason), 2 a bad option, prediction file
 (malformed line, duplicated ids), annotation, judge endpoint or output path (one line on stderr; gbtrain.cli).
@@ -41,8 +42,9 @@ def main() -> None:
         print(f"score: warning: the judge gave {replies['unclear']} of {replies['asked']} replies that are neither "
               f"yes nor no (counted as not equivalent; examples in {run.out} judge_replies)", file=sys.stderr)
     if run.ignore_missing:
-        print(f"score: missing replies ignored (--ignore-missing): scored {report['n_records']} records, "
-              f"{cov['missing']} left out", file=sys.stderr)
+        print(f"score: missing and unparsable replies ignored (--ignore-missing): scored the {report['n_records']} "
+              f"records answered, {cov['missing']} missing and {cov['unparsable']} unparsable left out",
+              file=sys.stderr)
     interval = report["intervals"]["accuracy"]
     r = report["map_ranked"]
     ranked = f"ranked by confidence: {r['value']:.2f}" if r["value"] is not None else r["undefined"]

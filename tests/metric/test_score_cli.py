@@ -54,7 +54,7 @@ def test_cli_scores_and_reports(synth_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert report["accuracy"] == 1 and report["n_records"] == len(records) - 2
-    assert f"scored {len(records) - 2} records, 2 left out" in proc.stderr
+    assert f"scored the {len(records) - 2} records answered, 2 missing and 0 unparsable left out" in proc.stderr
 
 
 def test_cli_self_check():

@@ -292,12 +292,16 @@ def test_soft_scores_of_transcriptions_and_answers():
 
 
 def test_ignore_missing_scores_the_answered_records_only():
-    two = [page("p1"), page("p2")]
-    counted = run(two, {"p1": PERFECT})
-    assert counted["accuracy"] == 0.5 and counted["n_groups"] == 4 and counted["coverage"]["missing"] == 1
-    answered = run(two, {"p1": PERFECT}, ignore_missing=True)
-    assert answered["accuracy"] == 1.0 and answered["n_groups"] == 2 and answered["n_records"] == 1
-    assert answered["coverage"]["missing"] == 1 and answered["map_20_50"] == 100
+    """A missing reply (p2) and an unparsable one (p3) fail their groups by default; --ignore-missing leaves them out
+    of every figure, and the coverage still counts them. An empty list is an answer (nothing found): it counts."""
+    pages = [page("p1"), page("p2"), page("p3"), page("p4")]
+    replies = {"p1": PERFECT, "p3": "I cannot read this page.", "p4": []}
+    counted = run(pages, replies)
+    assert counted["accuracy"] == 0.25 and counted["n_groups"] == 8 and counted["coverage"]["missing"] == 1
+    answered = run(pages, replies, ignore_missing=True)
+    assert answered["accuracy"] == 0.5 and answered["n_groups"] == 4 and answered["n_records"] == 2
+    assert answered["coverage"]["missing"] == 1 and answered["coverage"]["unparsable"] == 1
+    assert answered["map_20_50"] == 50
     assert answered["settings"]["ignore_missing"] is True
 
 
