@@ -1,5 +1,6 @@
 """Files written whole: a run killed (or a disk filling) mid-write leaves the old file or none, never half of one,
-so a file's presence can mark work done; and JSON records read back, whatever a disk or a user left in them."""
+so a file's presence can mark work done; JSON records read back, whatever a disk or a user left in them; and the one
+CSV writer of gbtrain's tables."""
 
 from __future__ import annotations
 
