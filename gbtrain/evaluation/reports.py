@@ -233,6 +233,7 @@ def markdown(report: dict) -> str:
     lines += interval_notes(settings)
     lines += ranked_map_notes(settings)
     lines += harm_table(settings)
+    lines += soft_table(settings)
     lines += selective_table(settings)
     lines += points_table(settings)
     if report["three_turn"]:
@@ -263,6 +264,29 @@ def harm_table(settings: dict[str, dict]) -> list[str]:
             "gives marks (FP) |", "|---|---|---:|---:|---:|",
             *[f"| {name} | {markdown_text(qtype)} | {b['n']} | {b['costs_marks']} | {b['gives_marks']} |"
               for name, qtype, b in rows]]
+
+
+def soft_table(settings: dict[str, dict]) -> list[str]:
+    """The Markdown lines of the soft scores beside the gates (token F1 and ANLS of transcriptions and answers, in
+    %) and what decided the answer gate; none for a report from before them."""
+    rows = {name: s for name, s in sorted(settings.items()) if s.get("soft_scores")}
+    if not rows:
+        return []
+
+    def pct(value) -> str:
+        return "–" if value is None else f"{100 * value:.1f}"
+    lines = ["", "## Soft scores (docs/metric.md#the-metric)", "",
+             "Token F1 and ANLS of the transcriptions and of the derived answers, in % (an unmatched group scores 0); "
+             "answers decided by their type's rule / by the judge (answer-free).", "",
+             "| setting | text F1 | text ANLS | answer F1 | answer ANLS | answers: rule / judge |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, s in rows.items():
+        soft, gate = s["soft_scores"], s.get("answer_gate") or {}
+        decided = f"{gate['by_rule']} / {gate['by_judge']}" if gate.get("by_rule", 0) + gate.get("by_judge", 0) \
+            else "–"
+        lines.append(f"| {name} | " + " | ".join(pct(soft[k]) for k in ("text_f1", "text_anls", "answer_f1",
+                                                                       "answer_anls")) + f" | {decided} |")
+    return lines
 
 
 def selective_table(settings: dict[str, dict]) -> list[str]:

@@ -327,7 +327,7 @@ class ItemsBackend(RecordingBackend):
 def test_totals_list_every_keyed_question_once(tmp_path, budget, monkeypatch):
     """A key of five questions: two with the same reference (choice letter B), one with a rubric and no reference,
     worth points. The model names question 1 twice, question 2 in fullwidth digits, answers question 4 without an id
-    (its reference, unique, finds it), and never answers question 5. Totals: every keyed question once, 1's first
+    (its reference, unique, finds it: "42.0" is 42, read as a number, exactly), and never answers question 5. Totals: every keyed question once, 1's first
     item kept, 5 missing with 0 points, out of all the key's full scores; per document and per student."""
     pages = tmp_path / "pages"
     for student in ("ann", "bob"):
@@ -338,7 +338,7 @@ def test_totals_list_every_keyed_question_once(tmp_path, budget, monkeypatch):
                    "3: {rubric: 'explains the method', full_score: 4}\n4: {answer: '42', full_score: 1}\n"
                    "5: {answer: C, full_score: 3}\n", encoding="utf-8")
     backend = ItemsBackend(budget, [("1", "B", 2), ("1", "B", 1), ("２", "B", 1), ("3", "the method", 3),
-                                    (None, "42", 1)])
+                                    (None, "42.0", 1)])
     monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
     out = tmp_path / "out"
     summary = grade_pages(GradeRun("scored", str(pages), str(out), answer_key=str(key), backend="openai",
