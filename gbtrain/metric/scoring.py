@@ -53,6 +53,7 @@ class ScoreOptions:
     points_options: PointsOptions = PointsOptions()  # bands and the large-error threshold
     intervals: IntervalOptions = IntervalOptions()  # the bootstrap's resamples and seed
     answer_tolerance: float = float(answers.DEFAULT_REL_TOL)  # numbers: the relative difference still equal
+    rule_first: bool = True  # an LLM judge is asked only what the typed rule cannot decide (False: every answer)
     ignore_missing: bool = False  # score only the records answered with items (the report's header says so)
 
     def __post_init__(self):
@@ -390,7 +391,7 @@ def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
     undecided = []
     for out, item, ref in pending_answers:  # (5) the rule of the reference's type; a judge for what it cannot tell
         decided = answers.answers_equivalent(item.answer, ref, out.answer_type, tolerance)
-        if decided is None and not isinstance(g.judge, judges.RuleJudge):
+        if (decided is None or not opts.rule_first) and not isinstance(g.judge, judges.RuleJudge):
             undecided.append((out, item, ref))
             continue
         out.answer_by = "rule"
@@ -573,12 +574,16 @@ class GateFlags:
 
     answer_tolerance: float = option(float(answers.DEFAULT_REL_TOL), "answer gate: the relative difference within "
                                      "which a number equals its reference (0: exact)", group="scoring")
+    rule_first: bool = option(True, "answer gate with an LLM judge: the typed rule decides numbers, choices and "
+                                    "truth values, the judge the rest (--no-rule-first: the judge decides every "
+                                    "answer, as the paper's scorer did)", group="scoring")
     ignore_missing: bool = option(False, "score only the records the model answered with items (the report's header "
                                          "says how many were left out); by default a missing or unparsable reply "
                                          "fails its groups", group="scoring")
 
     def gate_options(self) -> dict:
-        return {"answer_tolerance": self.answer_tolerance, "ignore_missing": self.ignore_missing}
+        return {"answer_tolerance": self.answer_tolerance, "rule_first": self.rule_first,
+                "ignore_missing": self.ignore_missing}
 
 
 # the per-question table (score.py: REPORT.questions.csv; run_eval.py: OUT/questions.csv): one row per group

@@ -327,8 +327,9 @@ class ItemsBackend(RecordingBackend):
 def test_totals_list_every_keyed_question_once(tmp_path, budget, monkeypatch):
     """A key of five questions: two with the same reference (choice letter B), one with a rubric and no reference,
     worth points. The model names question 1 twice, question 2 in fullwidth digits, answers question 4 without an id
-    (its reference, unique, finds it: "42.0" is 42, read as a number, exactly), and never answers question 5. Totals: every keyed question once, 1's first
-    item kept, 5 missing with 0 points, out of all the key's full scores; per document and per student."""
+    (its reference, unique, finds it: "42.0" is 42, read as a number, exactly), and never answers question 5.
+    Totals: every keyed question once, 1's first item kept, 5 missing with 0 points, out of all the key's full
+    scores; per document and per student."""
     pages = tmp_path / "pages"
     for student in ("ann", "bob"):
         (pages / student).mkdir(parents=True)

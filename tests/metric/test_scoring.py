@@ -347,3 +347,32 @@ def test_the_fingerprint_covers_every_module_that_runs_in_scoring():
     assert ran and ran <= set(SCORER_MODULES), sorted(ran - set(SCORER_MODULES))
     doc = (package.parent / "docs" / "metric.md").read_text(encoding="utf-8")
     assert all(f"`{name}`" in doc for name in SCORER_MODULES)
+
+
+class YesJudge:
+    """A judge that finds every answer equivalent (the interface of gbtrain.metric.judges: a name, judge_many and
+    stats), standing for an LLM judge without a model."""
+
+    name = "yes"
+
+    def judge_many(self, pairs):
+        return [True] * len(pairs)
+
+    def stats(self, pairs):
+        return {"asked": len(pairs), "yes": len(pairs), "no": 0, "unclear": 0, "unclear_examples": []}
+
+
+def test_an_llm_judge_is_asked_what_the_rule_cannot_decide_or_with_no_rule_first_everything():
+    """The paper's scorer asked its judge every answer (--no-rule-first); by default the typed rule decides the
+    number (45 is not 42 within 5%: failed, the judge not asked) and the judge the text it cannot tell."""
+    marks = [mark((100, 100, 200, 150), "n", hand="42", std="42"),
+             mark((500, 100, 700, 150), "t", hand="lion", std="the lion")]
+    items = [item((100, 100, 200, 150), "42", "45"), item((500, 100, 700, 150), "lion", "a big cat")]
+    preds = Predictions({"p1": json.dumps(items)})
+    first = score([page(marks=marks)], preds, ScoreOptions("L3", "answer-free", "abs"), YesJudge())
+    assert [(outcome(first, g)["answer_by"], outcome(first, g)["reasoned"]) for g in "nt"] == [
+        ("rule", False), ("yes", True)]
+    assert first["judge_replies"]["asked"] == 1 and first["answer_gate"]["by_judge"] == 1
+    paper = score([page(marks=marks)], preds, ScoreOptions("L3", "answer-free", "abs", rule_first=False), YesJudge())
+    assert [(outcome(paper, g)["answer_by"], outcome(paper, g)["reasoned"]) for g in "nt"] == [
+        ("yes", True), ("yes", True)]
