@@ -1417,6 +1417,11 @@ def compare_cases() -> list[Case]:
         Case("out-in-an-evaluation", COMPARE, ["{box}/ev/report.json", "{box}/b.json", "--out", "{box}/ev/report.md"],
              r"--out \S+/ev/report\.md lies in an evaluation's folder \(\S+/ev\): write the comparison to a folder "
              r"of its own", setup=chain(reports(), lambda env: _evaluation_folder(env)), outputs=()),
+        *[Case(f"other-{key.replace('_', '-')}", COMPARE, compare_args(), rf"{key}: {re.escape(repr(a))} vs "
+               rf"{re.escape(repr(b))}.*evaluate both with the same", setup=reports(edit_a=meta(**{key: a}),
+                                                                            edit_b=meta(**{key: b})), outputs=())
+          for key, a, b in (("answer_tolerance", 0.05, 0.0), ("rule_first", True, False),
+                            ("ignore_missing", False, True))],
         Case("other-judge", COMPARE, compare_args(), r"judge: 'rule' vs 'vllm:x'",
              setup=reports(edit_b=meta(judge="vllm:x")), outputs=()),
         Case("other-scorer", COMPARE, compare_args(), r"scorer_sha256: '\w+' vs 'x'",

@@ -466,13 +466,17 @@ def overlay(image: Image.Image, record: Record, setting_report: dict, items_boxe
 METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
 
 
+GATE_KEYS = ("answer_tolerance", "rule_first", "ignore_missing")  # run_eval's meta: how its answers were scored
+
+
 def comparison_problems(base: dict, sft: dict) -> list[str]:
-    """Why two reports cannot be compared: other annotations, record limit, judge or scorer, other records of the
-    folder (a split of another build, or every record against a split: pass --build to the base model's evaluation),
-    or settings that scored other groups. (Models, conventions and pixel budgets may differ: that is the
-    comparison.)"""
+    """Why two reports cannot be compared: other annotations, record limit, judge, scorer or its gate options (the
+    answer tolerance, whether the rule decides first, whether missing replies count), other records of the folder
+    (a split of another build, or every record against a split: pass --build to the base model's evaluation), or
+    settings that scored other groups. (Models, conventions and pixel budgets may differ: that is the comparison.)"""
     problems = [redact(f"{key}: {base['meta'].get(key)!r} vs {sft['meta'].get(key)!r}")
-                for key in ("annotations_sha256", "limit", "judge", "scorer_sha256", "point_bands", "large_error")
+                for key in ("annotations_sha256", "limit", "judge", "scorer_sha256", "point_bands", "large_error",
+                            *GATE_KEYS)
                 if base["meta"].get(key) != sft["meta"].get(key)]
     records = [{k: (report["meta"].get("held_out") or {}).get(k) for k in ("split", "build")} for report in (base, sft)]
     if records[0] != records[1]:

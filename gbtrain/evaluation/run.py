@@ -200,7 +200,7 @@ def run_meta(run: EvalRun, plan: RunPlan, identity: dict) -> dict:
             "structured": run.structured, "data": identity["data"],
             "annotations_sha256": identity["annotations_sha256"],
             "point_bands": list(run.points_options().bands), "large_error": run.large_error,
-            "answer_tolerance": run.answer_tolerance, "ignore_missing": run.ignore_missing}
+            **run.gate_options()}
 
 
 def write_reports(ev: Evaluator, settings: list[Setting], scored: dict[str, dict], meta: dict,

@@ -76,13 +76,14 @@ def test_merge_turns():
 def test_full_run_vllm_three_turn_diagnostics_and_resume(synth_dir, tiny_model_dir, tiny_qwen3_dir, tmp_path):
     """The README's GPU command on CPU, with the same flags: two data-parallel engines (one process each), then a
     vLLM judge (Qwen3 template) in this process once they are closed. Two L1-af predictions are on disk before
-    the run (the ground truth, so their answers reach the judge; a random model's rarely do). The rerun that
-    resumes it runs one engine in this process (parallelism may change between reruns), closes it, then starts the
-    judge in the same process."""
+    the run (the ground truth, so their answers reach the judge; a random model's rarely do; --no-rule-first: the
+    judge is asked every answer, not only those the typed rule cannot decide). The rerun that resumes it runs one
+    engine in this process (parallelism may change between reruns), closes it, then starts the judge in the same
+    process."""
     out = tmp_path / "ev"
     ground_truth_predictions(out, tiny_model_dir, synth_dir)
     args = ("--three-turn", "--diagnostics", "--batch-size", "1", "--tensor-parallel-size", "1",
-            "--data-parallel-size", "2", "--judge", f"vllm:{tiny_qwen3_dir}", *TEST_PIXELS)
+            "--data-parallel-size", "2", "--judge", f"vllm:{tiny_qwen3_dir}", "--no-rule-first", *TEST_PIXELS)
     report = run_eval(tiny_model_dir, synth_dir, out, *args)
     assert report["settings"]["L1-af"]["judge_replies"]["asked"] > 0
     assert set(report["settings"]) == set(ALL_SETTINGS) | {f"{s}-3t" for s in ALL_SETTINGS}
