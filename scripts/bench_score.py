@@ -113,9 +113,9 @@ def whole_process(n_groups: int, rng: random.Random, tries: int = 3) -> None:
     preds = make_predictions(records, rng, PixelBudget())
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
-        replace = annotation_path(data, L3)
-        replace.parent.mkdir(parents=True)
-        replace.write_text(json.dumps([record_to_raw(r) for r in records]), encoding="utf-8")
+        annotations = annotation_path(data, L3)
+        annotations.parent.mkdir(parents=True)
+        annotations.write_text(json.dumps([record_to_raw(r) for r in records]), encoding="utf-8")
         blank = Path(tmp) / "blank.png"
         Image.new("L", (records[0].width, records[0].height), 255).save(blank)
         for r in records:  # the reader checks each page's image: one blank page, linked

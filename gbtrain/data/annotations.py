@@ -464,8 +464,10 @@ def _image_size(path: Path, version: tuple[int, int]) -> tuple[int, int]:
     return size
 
 
+@lru_cache(maxsize=4096)
 def _header_size(path: Path, version: tuple[int, int]) -> tuple[int, int]:
-    """(width, height) as the image file's header says, its data not read (the scorer reads no pixel)."""
+    """(width, height) as the image file's header says, its data not read (the scorer reads no pixel). Cached per
+    file version, as _image_size."""
     with Image.open(path) as im:
         return im.size
 
@@ -490,7 +492,8 @@ def load_level(data_dir: str | Path, level: str, *, lenient: bool = False, check
                whole_images: bool = True) -> LoadedLevel:
     """Load and validate one level. Strict: raise AnnotationError on any problem. Lenient: skip, count, list.
     `whole_images`: each image's data is proven whole (decoded); else only its header's size is checked against
-    the annotation (for the scorer, which reads no pixel: 300 pages decoded took 1.3 s of a 2.7 s scoring run)."""
+    the annotation (for the scorer, which reads no pixel: checking 300 pages by their header took a 3,300-group
+    scoring run from 2.70 s to 1.28 s, scripts/bench_score.py)."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data directory not found: {data_dir}")

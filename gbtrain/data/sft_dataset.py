@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from gbtrain.config import below_minimum, load_yaml, to_yaml
+from gbtrain.config import below_minimum, load_yaml, out_of_bounds, to_yaml
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data import annotations
 from gbtrain.data.build_config import BuildConfig
@@ -90,8 +90,7 @@ def _check_config(cfg: BuildConfig) -> None:
         raise ValueError(f"mix.three_turn must be in [0, 1], got {cfg.mix.three_turn}")
     if not (0 <= cfg.validation_share < 1 and 0 <= cfg.test_share < 1 and cfg.validation_share + cfg.test_share < 1):
         raise ValueError("validation_share and test_share must be >= 0 and sum to less than 1")
-    bad = below_minimum({"target_count": (cfg.target_count, 1), "max_length": (cfg.max_length, 1),
-                         "workers": (cfg.workers, 1), "l2_margin": (cfg.l2_margin, 0)})
+    bad = out_of_bounds(cfg) + below_minimum({"l2_margin": (cfg.l2_margin, 0)})  # the counts' bounds: their options
     if bad:
         raise ValueError("; ".join(bad))
 

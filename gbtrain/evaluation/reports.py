@@ -188,15 +188,16 @@ def interval_notes(settings: dict[str, dict]) -> list[str]:
 
 
 def held_out_lines(meta: dict) -> list[str]:
-    """The report's line on which records were evaluated, a warning first when the model trained on some of them
-    (none for a report written before evaluations recorded it)."""
+    """The report's lines on which records were scored: a warning first when the model trained on some of them, and
+    whether missing replies were left out (--ignore-missing); none for a report from before evaluations recorded
+    either."""
+    ignored = ["**Missing replies ignored** (--ignore-missing): each setting is scored over the records the model "
+               "answered with items only; its missing and unparsable replies are left out (counted in coverage).",
+               ""] if meta.get("ignore_missing") else []
     held = meta.get("held_out")
     if not held:
-        return []
-    lines = [f"Records: {markdown_text(held['why'])}.", ""]
-    if meta.get("ignore_missing"):
-        lines = ["**Missing replies ignored** (--ignore-missing): each setting is scored over the records the model "
-                 "answered only; the coverage lines below give how many it left out.", "", *lines]
+        return ignored
+    lines = [*ignored, f"Records: {markdown_text(held['why'])}.", ""]
     if held["training_records"]:
         lines = [f"**Warning: {held['training_records']} of the evaluated records are pages the model trained on**: "
                  f"these figures overstate what it does on new pages (`--split test` evaluates the held-out ones).",

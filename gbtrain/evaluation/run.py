@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gbtrain import prompts
-from gbtrain.config import below_minimum, option, require_model
+from gbtrain.config import below_minimum, option, out_of_bounds, require_model
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data.annotations import annotations_sha256
 from gbtrain.data.held_out import HeldOut, SplitFlags, resolve_held_out
@@ -73,18 +73,14 @@ def run_identity(run: EvalRun, coords: str, budget: PixelBudget, l2_margin: floa
 
 
 def check_run(run: EvalRun) -> None:
-    """Every count option at least 1 (or 0 where none makes sense), before anything is loaded: `--limit 0`
-    used to mean "everything" and a zero batch size looped."""
-    at_least = {"max_tokens": (run.max_tokens, 1), "max_model_len": (run.max_model_len, 1),
-                "tensor_parallel_size": (run.tensor_parallel_size, 1),
-                "data_parallel_size": (run.data_parallel_size, 1), "batch_size": (run.batch_size, 1),
-                "overlays": (run.overlays, 0), "concurrency": (run.concurrency, 1), "max_retries": (run.max_retries, 0),
-                "request_timeout": (run.request_timeout, 1),
-                "hf_batch_size": (run.hf_batch_size, 1)}
-    for key in ("limit", "min_pixels", "max_pixels", "kv_cache_gib", "l2_margin"):
+    """Every count within its bounds (config.option's: `--limit 0` used to mean "everything" and a zero batch size
+    looped) and the other numbers at their least, before anything is loaded (a run made in code too)."""
+    at_least = {"request_timeout": (run.request_timeout, 1)}
+    for key in ("kv_cache_gib", "l2_margin"):
         if getattr(run, key) is not None:
-            at_least[key] = (getattr(run, key), {"kv_cache_gib": 1e-9, "l2_margin": 0}.get(key, 1))
-    bad = below_minimum({f"--{k.replace('_', '-')}": v for k, v in at_least.items()}, sep=" ")
+            at_least[key] = (getattr(run, key), {"kv_cache_gib": 1e-9, "l2_margin": 0}[key])
+    bad = out_of_bounds(run, sep=" ", flags=True) + below_minimum(
+        {f"--{k.replace('_', '-')}": v for k, v in at_least.items()}, sep=" ")
     if bad:
         raise ValueError("; ".join(bad))
     if run.backend not in BACKENDS:

@@ -210,6 +210,7 @@ class GroupOutcome:
     confidence: float | None = None  # the matched item's judgment confidence (docs/metric.md#confidences)
     unverifiable: bool = False  # answer-free, no reference: the answer gate was skipped
     excluded: bool = False
+    has_reference: bool = False  # the group has a reference answer (std): its answer's soft scores count
     answer_type: str | None = None  # answer-free: the reference's type, whose rule judged the answer
     answer_by: str | None = None  # answer-free: what decided the answer gate, "rule" or the judge's name
     box: list[float] | None = None  # the matched item's box (original pixels)
@@ -221,14 +222,9 @@ class GroupOutcome:
     points: float | None = None  # the matched item's score, as points (parsing.parse_points; None without one)
 
 
-def answer_type(group: Group) -> str:
-    """The type whose rule judges an answer to this group (gbtrain.metric.answers.answer_type_of)."""
-    return answers.answer_type_of(group.question_type, group.std or "")
-
-
 def _pending(record: Record, g: Group) -> GroupOutcome:
     return GroupOutcome(record.record_id, g.group_id, g.label, record.subject, g.stage or "Unknown",
-                        g.question_type, g.content_format)
+                        g.question_type, g.content_format, has_reference=g.std is not None)
 
 
 def _rate(n: int, d: int) -> float:
@@ -336,7 +332,7 @@ class GradedSetting:
     unparsable: list[str] = field(default_factory=list)
     parse_reasons: Counter = field(default_factory=Counter)
     no_valid_box: int = 0
-    # (box confidence or None, record index, item index, IoU with each group of its record) of every valid box
+    # (box confidence or None, record index, item index, the box, its record's group boxes) of every valid box
     ranked: list[tuple[float | None, int, int, Box, list[Box]]] = field(default_factory=list)
 
     @cached_property
@@ -450,7 +446,7 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
             continue
         out.recognized = True
         if g.opts.mode == ANSWER_FREE and grp.std is not None:
-            out.answer_type = answer_type(grp)
+            out.answer_type = answers.answer_type_of(grp.question_type, grp.std)
             pending.append((out, item, grp.std))
             continue
         out.unverifiable = g.opts.mode == ANSWER_FREE
@@ -536,7 +532,7 @@ def soft_scores(outcomes: list[GroupOutcome]) -> dict[str, float | None]:
     """Token F1 and ANLS (threshold 0.5) of the transcriptions and of the derived answers, beside the CER gate:
     the mean over the groups (an unmatched group scores 0; the answer's over the groups with a reference answer,
     None without any)."""
-    with_reference = [o for o in outcomes if o.answer_f1 is not None or not o.localized]
+    with_reference = [o for o in outcomes if o.has_reference]
     means = {}
     for name in SOFT_SCORES:
         over = with_reference if name.startswith("answer") else outcomes

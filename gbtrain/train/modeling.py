@@ -11,7 +11,7 @@ import importlib.util
 
 import torch
 
-from gbtrain.config import below_minimum
+from gbtrain.config import below_minimum, out_of_bounds
 from gbtrain.coords import PixelBudget
 from gbtrain.families import FAMILIES
 from gbtrain.train.attention import attn_implementation_for, precompute_varlen_kwargs
@@ -48,20 +48,9 @@ def cuda_available() -> bool:
 def _range_problems(cfg: TrainConfig) -> list[str]:
     """Numbers outside their range (NaN included): each would train something other than what was asked."""
     at_least = {"lr.llm": (cfg.lr.llm, 0), "lr.merger": (cfg.lr.merger, 0), "lr.vision_tower": (cfg.lr.vision_tower, 0),
-                "lora.r": (cfg.lora.r, 1), "lora.alpha": (cfg.lora.alpha, 1e-12), "max_length": (cfg.max_length, 1),
-                "pack_tokens": (cfg.pack_tokens, 1), "pack_length_multiple": (cfg.pack_length_multiple, 0),
-                "checkpoint_every_n_layers": (cfg.checkpoint_every_n_layers, 1),
-                "per_device_batch_size": (cfg.per_device_batch_size, 1),
-                "gradient_accumulation_steps": (cfg.gradient_accumulation_steps, 1),
                 "num_train_epochs": (cfg.num_train_epochs, 1e-12), "weight_decay": (cfg.weight_decay, 0),
-                "max_grad_norm": (cfg.max_grad_norm, 1e-12), "eval_steps": (cfg.eval_steps, 1),
-                "save_steps": (cfg.save_steps, 1), "save_total_limit": (cfg.save_total_limit, 1),
-                "logging_steps": (cfg.logging_steps, 1), "dataloader_num_workers": (cfg.dataloader_num_workers, 0),
-                "peak_tflops": (cfg.peak_tflops, 0), "vision_cache_mib": (cfg.vision_cache_mib, 0)}
-    for key in ("limit_train_samples", "limit_eval_samples"):
-        if getattr(cfg, key) is not None:
-            at_least[key] = (getattr(cfg, key), 1)
-    problems = below_minimum(at_least)
+                "max_grad_norm": (cfg.max_grad_norm, 1e-12), "peak_tflops": (cfg.peak_tflops, 0)}
+    problems = out_of_bounds(cfg) + below_minimum(at_least)  # the counts' bounds are their options
     if not (0 <= cfg.lora.dropout < 1):
         problems.append(f"lora.dropout={cfg.lora.dropout!r}: must be in [0, 1)")
     if not (0 <= cfg.warmup_ratio <= 1):

@@ -376,3 +376,11 @@ def test_an_llm_judge_is_asked_what_the_rule_cannot_decide_or_with_no_rule_first
     paper = score([page(marks=marks)], preds, ScoreOptions("L3", "answer-free", "abs", rule_first=False), YesJudge())
     assert [(outcome(paper, g)["answer_by"], outcome(paper, g)["reasoned"]) for g in "nt"] == [
         ("yes", True), ("yes", True)]
+
+
+def test_the_answer_soft_scores_are_over_the_groups_with_a_reference():
+    """Group 1 (reference 42) answered exactly: 1; group 2 has no reference answer and no item matched it: it is in
+    the transcriptions' means (0) and not in the answers'."""
+    marks = [mark((100, 100, 200, 150), "1"), mark((100, 400, 300, 460), "2", std=None)]
+    r = run([page(marks=marks)], {"p1": [item((100, 100, 200, 150))]})
+    assert r["soft_scores"] == {"text_f1": 0.5, "text_anls": 0.5, "answer_f1": 1.0, "answer_anls": 1.0}
