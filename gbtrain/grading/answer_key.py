@@ -16,27 +16,31 @@ from gbtrain import prompts
 from gbtrain.metric.answers import answer_type_of, answers_equivalent
 from gbtrain.metric.parsing import PredictedItem
 from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES
-from gbtrain.values import alias_lookup, points_from_text
+from gbtrain.values import points_from_text, question_id_key
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3
 
-KEY_FIELDS = ("answer", "full_score", "rubric", "question_type")  # what an answer key's question mapping may hold
+KEY_FIELDS = ("answer", "full_score", "rubric", "question_type", "page")  # what a key's question mapping may hold
+MAX_PAGE = 1000  # a key's page number: the page of the document (1 its first) the question is printed on
 
 
 @dataclass(frozen=True)
 class KeyQuestion:
     """One question of an answer key: its reference answer (None: "no reference answer") and, for a question graded
-    in points, its full score and rubric; its type, where the key says (the review report counts by it)."""
+    in points, its full score and rubric; its type, where the key says (the review report counts by it); the page
+    of the document it is printed on, where the key says (that page is asked for it, and its answer there is
+    preferred)."""
 
     qid: str
     answer: str | None
     full_score: float | None = None
     rubric: str | None = None
     question_type: str | None = None
+    page: int | None = None
 
     @property
     def plain(self) -> bool:
         """Whether the key gives only the reference answer (the form keys had before points)."""
-        return self.full_score is None and self.rubric is None and self.question_type is None
+        return self.full_score is None and self.rubric is None and self.question_type is None and self.page is None
 
 
 AnswerKey = list[KeyQuestion]
@@ -69,6 +73,16 @@ def _full_score(qid: str, value) -> float | None:
     return number
 
 
+def _page(qid: str, value) -> int | None:
+    text = _scalar(qid, value, "page")
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PAGE):
+        raise ValueError(f"question {qid!r}: page {text!r:.40} must be a page number 1-{MAX_PAGE} (the page of the "
+                         f"document the question is printed on)")
+    return int(text)
+
+
 def _key_question(qid: str, value) -> KeyQuestion:
     """A key's entry: a plain value (the reference answer, as before points), or a mapping of KEY_FIELDS."""
     if not isinstance(value, dict):
@@ -83,7 +97,7 @@ def _key_question(qid: str, value) -> KeyQuestion:
                          f"(or their Chinese names)")
     return KeyQuestion(qid, _scalar(qid, value.get("answer"), "reference answer"),
                        _full_score(qid, value.get("full_score")), _scalar(qid, value.get("rubric"), "rubric"),
-                       QUESTION_TYPE_ALIASES[qtype] if qtype is not None else None)
+                       QUESTION_TYPE_ALIASES[qtype] if qtype is not None else None, _page(qid, value.get("page")))
 
 
 class _RepeatedQuestion(ValueError):
@@ -132,9 +146,16 @@ def load_answer_key(path: str | Path) -> AnswerKey:
     if not isinstance(data, dict) or not data:
         raise ValueError(f"--answer-key {path}: must map question ids to reference answers (e.g. `1: 42`)")
     try:
-        return [_key_question(str(qid), value) for qid, value in data.items()]
+        key = [_key_question(str(qid), value) for qid, value in data.items()]
     except ValueError as e:
         raise ValueError(f"--answer-key {path}: {e}") from None
+    seen: dict[str, str] = {}
+    for q in key:
+        other = seen.setdefault(question_id_key(q.qid), q.qid)
+        if other != q.qid:  # `5` and `Q5`: a model's `第5题` would name both
+            raise ValueError(f"--answer-key {path}: questions {other!r} and {q.qid!r} are one question as a page "
+                             f"prints it (both read as {question_id_key(q.qid)!r}): keep one, or number them apart")
+    return key
 
 
 def key_references(key: AnswerKey | None) -> list[tuple[str, str | None]]:
@@ -153,8 +174,25 @@ def answer_key_hash(key: AnswerKey | None) -> str | None:
     if not key:
         return None
     content = key_references(key) if all(q.plain for q in key) else [
-        [q.qid, q.answer, q.full_score, q.rubric, q.question_type] for q in key]
+        [q.qid, q.answer, q.full_score, q.rubric, q.question_type, *([q.page] if q.page is not None else [])]
+        for q in key]
     return hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def page_questions(key: AnswerKey | None, page: int) -> AnswerKey | None:
+    """The key's questions asked on page `page` (1 the document's first): those the key places there and those it
+    places nowhere; the whole key when it places none."""
+    if not key:
+        return key
+    return [q for q in key if q.page is None or q.page == page]
+
+
+def asked_ids(key: AnswerKey | None, page: int) -> list[str] | None:
+    """The ids of the questions page `page` is asked for, as a page file records them where the key places
+    questions on pages (so that a page numbered otherwise since is asked again); None where it places none."""
+    if not key or all(q.page is None for q in key):
+        return None
+    return [q.qid for q in page_questions(key, page) or []]
 
 
 def grading_prompt(coords: str, key: AnswerKey | None) -> str:
@@ -164,18 +202,19 @@ def grading_prompt(coords: str, key: AnswerKey | None) -> str:
                                key_points(key) or None)
 
 
-def question_of(item: PredictedItem, key: AnswerKey | None) -> tuple[str | None, str | None]:
-    """The question an item answers and how it was found: ("id") the id the model wrote, one of the key's
-    (compared as label words are: fullwidth digits and case folded) or, without a key, any; else ("reference") the
-    one key question whose reference the item's answer repeats (read by the reference's type, exactly: "(B)" repeats
-    B, "1/2" repeats 0.5), a fallback the tables count; else the id the model
-    wrote, if any, matched to nothing (None)."""
+def question_of(item: PredictedItem, key: AnswerKey | None,
+                asked: AnswerKey | None = None) -> tuple[str | None, str | None]:
+    """The question an item answers and how it was found: ("id") the id the model wrote, read as a page prints it
+    (gbtrain.values.question_id_key: `Q5`, `第五题` and `5.` are key question 5) or, without a key, as written; else
+    ("reference") the one question of `asked` (the questions its page was asked for; by default the key's) whose
+    reference the item's answer repeats (read by the reference's type, exactly: "(B)" repeats B, "1/2" repeats
+    0.5), a fallback the tables count; else the id the model wrote, if any, matched to nothing (None)."""
     given = item.question_id
     if key is None:
         return given, "id" if given else None
-    found = alias_lookup({q.qid: q.qid for q in key}, given) if given else None
+    found = {question_id_key(q.qid): q.qid for q in key}.get(question_id_key(given)) if given else None
     if found is not None:
         return found, "id"
-    matches = [q.qid for q in key if q.answer is not None and answers_equivalent(
+    matches = [q.qid for q in (key if asked is None else asked) if q.answer is not None and answers_equivalent(
         item.answer, q.answer, answer_type_of(q.question_type, q.answer), Fraction(0)) is True]
     return (matches[0], "reference") if len(matches) == 1 else (given, None)

@@ -42,7 +42,15 @@ from gbtrain.data.drawing import REVIEW_COLOR, Shape, cut, draw_shapes, verdict_
 from gbtrain.evaluation.engine import GRADING_SCHEMA, EvalOptions, Evaluator
 from gbtrain.evaluation.run import EvalRun, RunPlan, check_run, open_backend, plan_run
 from gbtrain.files import IMAGE_SUFFIXES, write_atomic
-from gbtrain.grading.answer_key import AnswerKey, answer_key_hash, grading_prompt, load_answer_key
+from gbtrain.grading.answer_key import (
+    AnswerKey,
+    answer_key_hash,
+    asked_ids,
+    grading_prompt,
+    load_answer_key,
+    page_questions,
+)
+from gbtrain.grading.documents import documents_of
 from gbtrain.grading.grades import RESULTS, is_graded, page_file, page_record
 from gbtrain.grading.pages import PDF_DPI_RANGE, LoadedPage, Page, find_pages, load_page, students_of
 from gbtrain.grading.tables import write_tables
@@ -140,37 +148,42 @@ def grade_pages(run: GradeRun, progress: bool = True) -> dict:
         raise ValueError(f"{folder}: no pages (image files {', '.join(IMAGE_SUFFIXES)}, or PDF files)")
     students = students_of(sorted({p.rel for p in pages} | {u["page"] for u in unreadable}), run.students,
                            run.student_pattern)
+    places = documents_of(pages, students)
     out = Path(run.out)
     with FolderLock(out):
         identity = grading_identity(run, plan, key, limit)
         claim_output_folder(out, identity, run.overwrite, work=(RESULTS, OVERLAYS), discard=True)  # before any model
-        todo = [p for p in pages if not is_graded(out, p)]
-        failed = _grade(run, plan, key, limit, todo, out, progress) if todo else []
-        summary = write_tables(out, pages, unreadable + failed, identity, threshold, students)
+        todo = [p for p in pages if not is_graded(out, p, asked_ids(key, places[p.name][1]))]
+        failed = _grade(run, plan, key, limit, todo, places, out, progress) if todo else []
+        summary = write_tables(out, pages, unreadable + failed, identity, threshold, students, key)
     if not summary["pages"]:
         raise ValueError(f"{folder}: no page could be graded ({len(summary['unreadable'])} unreadable, each named in "
                          f"{out / 'summary.json'})")
     return summary | {"graded_now": len(todo) - len(failed)}
 
 
-def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, threshold: float | None, todo: list[Page], out: Path,
-           progress: bool) -> list[dict]:
-    """Grade `todo` batch by batch on the run's backend; returns the pages that could not be read. Replies go
-    through the evaluator's sender, so a prompt that cannot fit the context, or an endpoint's refusal of one page,
-    is that page's error and the run goes on."""
+def _grade(run: GradeRun, plan: RunPlan, key: AnswerKey | None, threshold: float | None, todo: list[Page],
+           places: dict[str, tuple[str, int]], out: Path, progress: bool) -> list[dict]:
+    """Grade `todo` batch by batch on the run's backend; returns the pages that could not be read. Each page is
+    asked for its own questions of the key (answer_key.page_questions). Replies go through the evaluator's sender,
+    so a prompt that cannot fit the context, or an endpoint's refusal of one page, is that page's error and the run
+    goes on."""
     backend, tokenizer = open_backend(run.as_eval_run(), plan)
     sampling = SamplingOptions(max_tokens=run.max_tokens, json_schema=GRADING_SCHEMA if run.structured else None)
     sender = Evaluator(backend, run.pages, out, EvalOptions(plan.coords, plan.budget, sampling, run.batch_size,
                                                             run.max_model_len if tokenizer else None),
                        tokenizer=tokenizer, progress=False)
-    text = grading_prompt(plan.coords, key)
     failed: list[dict] = []
     bar = tqdm(total=len(todo), desc="grade", disable=not progress)
     try:
         for loaded in _batches(todo, run.batch_size, run.pdf_dpi, failed, bar):
-            replies = sender.send_batch([[message(text, lp.image)] for lp in loaded], [text] * len(loaded), loaded)
-            for lp, reply in zip(loaded, replies, strict=True):
-                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key, threshold))
+            asked = [page_questions(key, places[lp.page.name][1]) for lp in loaded]
+            texts = [grading_prompt(plan.coords, a) for a in asked]
+            replies = sender.send_batch([[message(t, lp.image)] for t, lp in zip(texts, loaded, strict=True)], texts,
+                                        loaded)
+            for lp, reply, a in zip(loaded, replies, asked, strict=True):
+                _save_page(out, lp, page_record(lp, reply, plan.coords, plan.budget, key, threshold,
+                                                places[lp.page.name], a))
     finally:
         bar.close()
         backend.close()

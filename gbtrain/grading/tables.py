@@ -1,24 +1,28 @@
 """The tables of a graded folder: grades.csv (one row per item), totals.csv (one per page), questions.csv (one per
-keyed question of a page), documents.csv (one per PDF or image file), students.csv (one per student, when pages are
-given students) and summary.json, rewritten from the page files at the end of every run."""
+keyed question of a document), documents.csv (one per document: a PDF or image file, or a student's pages),
+students.csv (one per student, when pages are given students) and summary.json, rewritten from the page files at
+the end of every run."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from gbtrain.files import write_atomic, write_table
+from gbtrain.grading.answer_key import AnswerKey
+from gbtrain.grading.documents import assign_document, documents_of
 from gbtrain.grading.grades import page_file, read_page_file
 from gbtrain.grading.pages import Page
 
-GRADE_COLUMNS = ("page", "item", "question_id", "text", "answer", "correctness", "score", "full_score", "x1", "y1",
-                 "x2", "y2", "confidence", "box_confidence", "review", "status")
+GRADE_COLUMNS = ("page", "item", "question_id", "printed_id", "text", "answer", "correctness", "score", "full_score",
+                 "x1", "y1", "x2", "y2", "confidence", "box_confidence", "review", "duplicate_of", "status")
 COUNTS = ("items", "right", "wrong", "unjudged", "unparsable", "points", "full_points", "review", "missing",
           "duplicate", "by_reference", "unkeyed")
-TOTAL_COLUMNS = ("page", "document", "student", "status", *COUNTS)
-QUESTION_COLUMNS = ("page", "document", "student", "question_id", "status", "item", "items", "points", "full_score",
+TOTAL_COLUMNS = ("page", "file", "document", "student", "status", *COUNTS)
+QUESTION_COLUMNS = ("document", "student", "question_id", "status", "page", "item", "items", "points", "full_score",
                     "review")
-GROUP_COLUMNS = ("pages", *COUNTS)  # per document (a PDF or an image file) and per student
+GROUP_COLUMNS = ("pages", *COUNTS)  # per document and per student
 
 
 def _sum(rows: list[dict], key: str):
@@ -27,51 +31,79 @@ def _sum(rows: list[dict], key: str):
     return round(sum(values), 6) if values else None
 
 
-def group_totals(per_page: list[dict], by: str) -> dict[str, dict]:
-    """The pages' counts summed per `by` (document or student), in first-seen order."""
-    groups: dict[str, list[dict]] = {}
-    for row in per_page:
-        groups.setdefault(row[by], []).append(row)
-    return {name: {"pages": len(rows), **{k: _sum(rows, k) for k in COUNTS}} for name, rows in groups.items()}
+def _page_row(record: dict, student: str | None, questions: list[dict]) -> dict:
+    """A page's row of totals.csv: what it holds by itself (grades.page_totals) and the keyed questions kept on it
+    (their points, out of their full scores); missing questions belong to its document."""
+    held = [q for q in questions if q["page"] == record["page"] and q["full_score"] is not None]
+    items = record["items"]
+    # pages graded before question ids have no question counts
+    return {"page": record["page"], "file": record["source"], "document": record["document"], "student": student,
+            "status": record["status"], "by_reference": 0, "unkeyed": 0, **record["totals"],
+            "points": _sum(held, "points") if held else None, "full_points": _sum(held, "full_score") if held else None,
+            "review": sum(bool(it.get("review")) for it in items), "missing": None,
+            "duplicate": sum(bool(it.get("duplicate_of")) for it in items)}
+
+
+def _document_row(records: list[dict], page_rows: list[dict], questions: list[dict], keyed: bool) -> dict:
+    """A document's row: its pages' counts summed, and with a key, every keyed question once (points over every
+    full score; missing and duplicate questions; review: items for review and missing questions)."""
+    row = {"pages": len(records), **{k: _sum(page_rows, k) for k in COUNTS}}
+    if keyed:
+        scored = [q for q in questions if q["full_score"] is not None]
+        row |= {"points": _sum(scored, "points") if scored else None,
+                "full_points": _sum(scored, "full_score") if scored else None,
+                "missing": sum(q["status"] == "missing" for q in questions),
+                "duplicate": sum(q["status"] == "duplicate" for q in questions),
+                "review": sum(bool(it.get("review")) for r in records for it in r["items"])
+                + sum(q["status"] == "missing" for q in questions)}
+    return row
 
 
 def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict,
-                 threshold: dict | None = None, students: dict[str, str] | None = None) -> dict:
-    """grades.csv (an item a row), totals.csv (a page a row), questions.csv (a keyed question of a page a row:
-    found, missing or duplicate), documents.csv (a PDF or image file a row), students.csv (with `students`: a
-    page's source file -> its student) and summary.json over every graded page of the folder (this run's and
-    earlier runs'), in page order; returns the summary. `threshold`: the review threshold in force and where it
-    came from (review_threshold)."""
+                 threshold: dict | None = None, students: dict[str, str] | None = None,
+                 key: AnswerKey | None = None) -> dict:
+    """grades.csv (an item a row), totals.csv (a page a row), questions.csv (a keyed question of a document a row:
+    found, missing or duplicate, and on which page), documents.csv (a document a row: a PDF or image file, or a
+    student's pages; grading.documents), students.csv (with `students`: a page's source file -> its student) and
+    summary.json over every graded page of the folder (this run's and earlier runs'), in page order; returns the
+    summary. `threshold`: the review threshold in force and where it came from (review_threshold); `key`: the
+    answer key, counted once per document."""
+    places = documents_of(pages, students)
     records = [read_page_file(page_file(out, p)) for p in pages if page_file(out, p).is_file()]
+    by_document: dict[str, list[dict]] = {}
+    for r in records:  # grouped as this run groups them (an earlier run may have been given other students)
+        r["document"], r["document_page"] = places[r["page"]]
+        by_document.setdefault(r["document"], []).append(r)
+    questions = {d: assign_document(rs, key) if key else [] for d, rs in by_document.items()}
+    student_of = {d: (students or {}).get(rs[0]["source"]) for d, rs in by_document.items()}
     # an item's score, full score and confidences are absent on pages graded before points or confidences
     write_table(out / "grades.csv", GRADE_COLUMNS, [
-        {"page": r["page"], "item": it["index"] + 1, "question_id": it["question_id"] or "", "text": it["text"],
-         "answer": it["answer"], "correctness": "" if it["correctness"] is None else str(it["correctness"]).lower(),
-         **{k: it.get(k) for k in ("score", "full_score", "confidence", "box_confidence")},
+        {"page": r["page"], "item": it["index"] + 1, "question_id": it["question_id"] or "",
+         "printed_id": it.get("printed_id"), "text": it["text"], "answer": it["answer"],
+         "correctness": "" if it["correctness"] is None else str(it["correctness"]).lower(),
+         **{k: it.get(k) for k in ("score", "full_score", "confidence", "box_confidence", "duplicate_of")},
          **dict(zip(("x1", "y1", "x2", "y2"), it["box"] or [None] * 4, strict=True)),
          "review": str(bool(it.get("review"))).lower(), "status": r["status"]} for r in records for it in r["items"]])
-    place = {r["page"]: {"document": r["source"], "student": (students or {}).get(r["source"])} for r in records}
-    # pages graded before points have no points totals, those before thresholds no review count, those before
-    # question ids no question counts
-    per_page = [{"page": r["page"], **place[r["page"]], "status": r["status"], "points": None, "full_points": None,
-                 "review": 0, "missing": 0, "duplicate": 0, "by_reference": 0, "unkeyed": 0, **r["totals"]}
-                for r in records]
+    per_page = [_page_row(r, student_of[r["document"]], questions[r["document"]]) for r in records]
     write_table(out / "totals.csv", TOTAL_COLUMNS, per_page)
-    write_table(out / "questions.csv", QUESTION_COLUMNS, [{"page": r["page"], **place[r["page"]], **q}
-                                                         for r in records for q in r.get("questions") or []])
-    per_document = group_totals(per_page, "document")
+    write_table(out / "questions.csv", QUESTION_COLUMNS, [{"document": d, "student": student_of[d], **q}
+                                                         for d, rows in questions.items() for q in rows])
+    per_document = {d: _document_row(rs, [p for p in per_page if p["document"] == d], questions[d], key is not None)
+                    for d, rs in by_document.items()}
     write_table(out / "documents.csv", ("document", *GROUP_COLUMNS), [{"document": k, **v}
                                                                      for k, v in per_document.items()])
-    per_student = group_totals(per_page, "student") if students else None
+    per_student = ({student_of[d]: row for d, row in per_document.items()} if students else None)  # one document each
     if per_student is not None:
         write_table(out / "students.csv", ("student", *GROUP_COLUMNS), [{"student": k, **v}
                                                                        for k, v in per_student.items()])
     else:  # an earlier run's, made with students this run was not given: it would not match the other tables
         (out / "students.csv").unlink(missing_ok=True)
     items = [it for r in records for it in r["items"]]
-    summary = {"run": identity, "pages": len(records), **{k: _sum(per_page, k) for k in COUNTS},
+    unkeyed = Counter(it.get("printed_id") or "(none)" for it in items if key and not it.get("matched_by"))
+    summary = {"run": identity, "pages": len(records), **{k: _sum(list(per_document.values()), k) for k in COUNTS},
                "review_threshold": threshold, "without_confidence": sum(it.get("confidence") is None for it in items),
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
-               "per_document": per_document, "per_student": per_student, "per_page": per_page}
+               "unkeyed_ids": dict(unkeyed.most_common()), "per_document": per_document, "per_student": per_student,
+               "per_page": per_page}
     write_atomic(out / "summary.json", json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return summary

@@ -19,7 +19,7 @@ from gbtrain.config import option
 from gbtrain.data.annotations import points_problem
 from gbtrain.metric.points import Key, PointsOptions, Reference, points_report
 from gbtrain.metric.scoring import write_report
-from gbtrain.values import folded
+from gbtrain.values import folded, question_id_key
 
 TEACHER_KEYS = ("submission", "question", "score", "full_score", "score_2", "question_type", "rubric",
                 "rubric_version", "comment", "arbitration")
@@ -47,8 +47,8 @@ def _key(row: dict, path: str, n: int) -> Key:
         if isinstance(value, bool) or not isinstance(value, str | int) or not str(value).strip():
             raise ValueError(f"{path}:{n}: \"{name}\" must be a non-empty id (text or an integer), got "
                              f"{json.dumps(value)[:60]}")
-    # as grade_pages matches a model's question id to a key's: fullwidth forms and outer spaces folded
-    return folded(str(row["submission"])), folded(str(row["question"]))
+    # as grade_pages matches a model's question id to a key's: read as a page prints it (`Q5`, `第5题` are 5)
+    return folded(str(row["submission"])), question_id_key(str(row["question"]))
 
 
 def _lines(path: str, needed: tuple[str, ...]):

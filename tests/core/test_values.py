@@ -8,7 +8,7 @@ from gbtrain.grading.answer_key import load_answer_key
 from gbtrain.grading.review_import import _number, _verdict
 from gbtrain.metric.parsing import NOT_A_NUMBER, NOT_FINITE, parse_points
 from gbtrain.schema import CONTEXT, HALF_RIGHT, RIGHT, UNKNOWN, WRONG
-from gbtrain.values import label_of, points_from_text, verdict_of
+from gbtrain.values import label_of, points_from_text, question_id_key, question_id_parts, verdict_of
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -66,3 +66,28 @@ def test_every_reader_of_verdicts_agrees():
     assert _verdict("TRUE", "review.csv row 2") == RIGHT
     with pytest.raises(ValueError, match="is not a verdict"):
         _verdict("question", "review.csv row 2")
+
+
+@pytest.mark.parametrize(("printed", "key"), [
+    ("5", "5"), ("Q5", "5"), ("q 5", "5"), ("Question 5", "5"), ("No. 5", "5"), ("#5", "5"), ("5.", "5"), ("5、", "5"),
+    ("(5)", "5"), ("（5）", "5"), ("5)", "5"), ("05", "5"), ("⑤", "5"), ("５", "5"), ("第5题", "5"), ("第五题", "5"),
+    ("五、", "5"), ("十一", "11"), ("第二十三题", "23"), ("一百零五", "105"), ("5-2", "5-2"), ("5(2)", "5-2"),
+    ("5.2", "5-2"), ("５－２", "5-2"), ("第3题(2)", "3-2"), ("第3题第2问", "3-2"), ("3(a)", "3-a"), ("3A", "3-a"),
+    ("(1)②", "1-2"),
+    # not a printed number: compared as written (folded, case-insensitively)
+    ("essay", "essay"), ("B", "b"), ("12cm", "12cm"), ("x = 5", "x = 5"), ("题5", "题5"), ("", ""),
+])
+def test_question_ids_are_read_as_pages_print_them(printed: str, key: str):
+    assert question_id_key(printed) == key
+
+
+def test_an_id_past_the_length_of_a_printed_number_is_compared_as_written():
+    assert question_id_parts("1-" * 30) is None and question_id_key("Q" * 41) == "q" * 41
+
+
+def test_a_key_that_names_one_question_twice_as_pages_print_it_is_refused(tmp_path):
+    key = tmp_path / "key.yaml"
+    key.write_text("5: B\nQ5: C\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"questions '5' and 'Q5' are one question as a page prints it \(both read as "
+                                         r"'5'\): keep one, or number them apart"):
+        load_answer_key(key)

@@ -212,7 +212,9 @@ def test_a_key_in_points_asks_for_scores_and_a_plain_key_asks_as_before(tmp_path
     assert load_answer_key(js) == [KeyQuestion("1", "7", 3)]
 
     for text, why in (("1: {answer: 7, points: 3}\n", r"unknown key 'points' \(a question's mapping holds answer, "
-                                                        r"full_score, rubric, question_type\)"),
+                                                        r"full_score, rubric, question_type, page\)"),
+                      ("1: {page: 0}\n", "page '0' must be a page number 1-1000"),
+                      ("1: {page: two}\n", "page 'two' must be a page number 1-1000"),
                       ("1: {full_score: 0}\n", "full_score '0' must be a finite number above 0"),
                       ("1: {full_score: -2}\n", "full_score '-2' must be a finite number above 0"),
                       ("1: {full_score: nan}\n", "full_score 'nan' must be a finite number above 0"),
@@ -301,9 +303,9 @@ def test_points_in_grade_pages_items_and_totals(tmp_path, budget, monkeypatch):
     page = json.loads((out / "pages" / "a.png.json").read_text(encoding="utf-8"))
     assert [(it["score"], it["full_score"], it["score_problem"]) for it in page["items"]] == [
         (3, 4, None), (1, None, None), (7, 2.5, "outside 0..full_score")]
-    assert page["totals"]["points"] == 3 and page["totals"]["full_points"] == 6.5  # the flagged score counts 0
     assert summary["points"] == 6 and summary["full_points"] == 13
     with open(out / "totals.csv", newline="") as f:
+        # each page a document: its points out of its key's full scores; the flagged score counts 0
         assert [(r["points"], r["full_points"]) for r in csv.DictReader(f)] == [("3", "6.5")] * 2
     with open(out / "grades.csv", newline="") as f:
         assert [(r["score"], r["full_score"]) for r in csv.DictReader(f)][:3] == [("3", "4"), ("1", ""), ("7", "2.5")]
@@ -349,24 +351,154 @@ def test_totals_list_every_keyed_question_once(tmp_path, budget, monkeypatch):
                 if json.loads(f.read_text(encoding="utf-8"))["source"] == "ann/p1.png")
     assert [(it["question_id"], it["matched_by"]) for it in page["items"]] == [
         ("1", "id"), ("1", "id"), ("2", "id"), ("3", "id"), ("4", "reference")]
-    assert page["items"][1]["duplicate_of"] == 1 and page["items"][1]["review"]
-    assert [(q["question_id"], q["status"], q["item"], q["points"]) for q in page["questions"]] == [
-        ("1", "duplicate", 1, 2), ("2", "found", 3, 1), ("3", "found", 4, 3), ("4", "found", 5, 1),
-        ("5", "missing", None, 0)]
-    totals = page["totals"]
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        ann = [r for r in csv.DictReader(f) if r["page"] == "ann/p1.png"]
+    assert [(r["duplicate_of"], r["review"]) for r in ann[:2]] == [("", "false"), ("ann/p1.png #1", "true")]
+    totals = summary["per_document"]["ann"]
     assert (totals["points"], totals["full_points"]) == (7, 12)  # 2 + 1 + 3 + 1 + 0, out of every full score
     assert (totals["missing"], totals["duplicate"], totals["by_reference"], totals["unkeyed"]) == (1, 1, 1, 0)
     assert totals["review"] == 2  # the duplicate item and the missing question
-    assert summary["per_student"] == {s: summary["per_document"][f"{s}/p1.png"] for s in ("ann", "bob")}
+    assert summary["per_student"] == summary["per_document"]  # a student's pages are one document
     assert summary["per_student"]["ann"]["points"] == 7 and summary["points"] == 14
     with open(out / "questions.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert [(r["student"], r["question_id"], r["status"], r["points"]) for r in rows[:5]] == [
-        ("ann", "1", "duplicate", "2"), ("ann", "2", "found", "1"), ("ann", "3", "found", "3"),
-        ("ann", "4", "found", "1"), ("ann", "5", "missing", "0")]
+    assert [(r["student"], r["question_id"], r["status"], r["item"], r["points"]) for r in rows[:5]] == [
+        ("ann", "1", "duplicate", "1", "2"), ("ann", "2", "found", "3", "1"), ("ann", "3", "found", "4", "3"),
+        ("ann", "4", "found", "5", "1"), ("ann", "5", "missing", "", "0")]
     with open(out / "students.csv", newline="", encoding="utf-8") as f:
         assert [(r["student"], r["points"], r["full_points"], r["missing"]) for r in csv.DictReader(f)] == [
             ("ann", "7", "12", "1"), ("bob", "7", "12", "1")]
+
+
+def _confident_reply(items: list[dict], confidences: list[float]) -> str:
+    """The reply of `items` with token logprobs (one token per character) that give each item's judgment the
+    confidence asked for, as a vLLM or openai backend's reply carries them (gbtrain.metric.confidence)."""
+    import math
+    import re
+
+    class Reply(str):
+        logprobs: list
+
+    text = json.dumps(items, ensure_ascii=False)
+    logprob = [0.0] * len(text)
+    for match, conf in zip(re.finditer(r'"correctness": (true|false)', text), confidences, strict=True):
+        for i in range(match.start(1), match.end(1)):
+            logprob[i] = math.log(conf)
+    reply = Reply(text)
+    reply.logprobs = [[i, lp] for i, lp in enumerate(logprob)]
+    return reply
+
+
+class ExamBackend(RecordingBackend):
+    """Answers each page by its colour (`pages`: colour -> items (printed id or None, answer, correctness, score,
+    confidence)), each item in its own row of the page, in the model's (qwen25) convention."""
+
+    def __init__(self, budget, pages):
+        super().__init__(budget)
+        self.pages, self.asked = pages, {}
+
+    def chat(self, conversations, sampling):
+        replies = []
+        for conv in conversations:
+            image, text = conv[0]["content"][0]["image"], conv[0]["content"][1]["text"]
+            w, h = image.size
+            colour = min(self.pages, key=lambda c: sum(abs(a - b) for a, b in zip(
+                c, image.getpixel((w // 2, h // 2)), strict=True)))
+            self.asked[colour] = text
+            items = [{**({"question_id": q} if q is not None else {}),
+                      "bbox_2d": to_model(Box(w / 8, h * (k + 1) / 8, w / 2, h * (k + 1.5) / 8), w, h, "qwen25",
+                                          self.budget),
+                      "text": a, "answer": a, "correctness": ok, "score": pts}
+                     for k, (q, a, ok, pts, _) in enumerate(self.pages[colour])]
+            replies.append(_confident_reply(items, [c for *_, c in self.pages[colour]]))
+        return replies
+
+
+def test_a_hand_made_exam_is_totalled_once_per_student_over_both_pages(tmp_path, budget, monkeypatch):
+    """Three students' two-page exams: Ann and Bob scanned as PDFs, Cy photographed as two files. The key: question
+    5 (choice B, on page 1) and 10 (choice B again, on page 2), 8 (12, either page) and 11 (rubric only, no
+    reference). Ids are printed as pages print them (Q5, 第8题, 10., (11), 第五题, 5., 十一); Bob answers 10 without
+    an id (its answer B names 5 and 10, but only 10 is asked on page 2) and skips 11; Cy answers 8 on both pages
+    (the more confident, on page 2, is kept), skips 10 and writes a question 12 the key does not have. Every page,
+    document and student total and every review flag is checked against values worked out by hand."""
+    red, blue, green, yellow, magenta, cyan = ((255, 0, 0), (0, 0, 255), (0, 255, 0), (255, 255, 0), (255, 0, 255),
+                                               (0, 255, 255))
+    pages = tmp_path / "pages"
+    _pdf(pages / "ann" / "exam.pdf", colors=(red, blue), size=(400, 560))
+    _pdf(pages / "bob" / "exam.pdf", colors=(green, yellow), size=(400, 560))
+    (pages / "cy").mkdir()
+    for name, colour in (("p1.png", magenta), ("p2.png", cyan)):
+        Image.new("RGB", (400, 560), colour).save(pages / "cy" / name)
+    key = tmp_path / "key.yaml"
+    key.write_text("5: {answer: B, full_score: 2, question_type: 选择, page: 1}\n8: {answer: '12', full_score: 3}\n"
+                   "10: {answer: B, full_score: 2, question_type: 选择, page: 2}\n"
+                   "11: {rubric: 'explains why the angle is right', full_score: 4}\n", encoding="utf-8")
+    backend = ExamBackend(budget, {
+        red: [("Q5", "B", True, 2, 0.9), ("第8题", "12", True, 3, 0.9)],
+        blue: [("10.", "B", True, 2, 0.9), ("(11)", "a² + b² = c²", True, 3, 0.8)],
+        green: [("第五题", "C", False, 0, 0.9), ("8", "12", True, 3, 0.9)],
+        yellow: [(None, "B", True, 2, 0.7)],
+        magenta: [("5.", "B", True, 2, 0.9), ("8", "13", False, 0, 0.6)],
+        cyan: [("第8题", "12", True, 3, 0.95), ("十一", "Pythagoras", True, 4, 0.9), ("Q12", "x", True, 1, 0.9)]})
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
+    out = tmp_path / "out"
+    summary = grade_pages(GradeRun("scored", str(pages), str(out), answer_key=str(key), backend="openai",
+                                   coords="qwen25", min_pixels=budget.min_pixels, max_pixels=budget.max_pixels,
+                                   student_pattern=r"^([^/]+)/", pdf_dpi=100), progress=False)
+
+    # each page is asked for its own questions: 5 on page 1, 10 on page 2, 8 and 11 on both
+    for colour in (red, green, magenta):
+        assert "Reference answers:\n5: B\n8: 12\n11: (no reference answer)\n" in backend.asked[colour]
+    for colour in (blue, yellow, cyan):
+        assert "Reference answers:\n8: 12\n10: B\n11: (no reference answer)\n" in backend.asked[colour]
+
+    def rows(name):
+        with open(out / name, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+
+    # per page: what it holds (the points of the questions kept on it, out of their full scores)
+    assert [(r["page"], r["document"], r["points"], r["full_points"], r["review"], r["duplicate"], r["by_reference"],
+             r["unkeyed"]) for r in rows("totals.csv")] == [
+        ("ann/exam.pdf-p1", "ann", "5", "5", "0", "0", "0", "0"),
+        ("ann/exam.pdf-p2", "ann", "5", "6", "0", "0", "0", "0"),
+        ("bob/exam.pdf-p1", "bob", "3", "5", "0", "0", "0", "0"),
+        ("bob/exam.pdf-p2", "bob", "2", "2", "0", "0", "1", "0"),
+        ("cy/p1.png", "cy", "2", "2", "1", "1", "0", "0"),
+        ("cy/p2.png", "cy", "7", "7", "0", "0", "0", "1")]
+    # per document (a student's pages): the key once, every full score once
+    assert [(r["document"], r["pages"], r["points"], r["full_points"], r["missing"], r["duplicate"], r["review"])
+            for r in rows("documents.csv")] == [("ann", "2", "10", "11", "0", "0", "0"),
+                                                ("bob", "2", "5", "11", "1", "0", "1"),
+                                                ("cy", "2", "9", "11", "1", "1", "2")]
+    assert [(r["student"], r["points"], r["full_points"]) for r in rows("students.csv")] == [
+        ("ann", "10", "11"), ("bob", "5", "11"), ("cy", "9", "11")]
+    assert (summary["points"], summary["full_points"], summary["missing"], summary["duplicate"]) == (24, 33, 2, 1)
+    assert summary["unkeyed_ids"] == {"Q12": 1} and summary["review"] == 3
+    # per keyed question of a document: where it was found, or that it was not
+    assert [(r["document"], r["question_id"], r["status"], r["page"], r["item"], r["points"], r["review"])
+            for r in rows("questions.csv")] == [
+        ("ann", "5", "found", "ann/exam.pdf-p1", "1", "2", "False"),
+        ("ann", "8", "found", "ann/exam.pdf-p1", "2", "3", "False"),
+        ("ann", "10", "found", "ann/exam.pdf-p2", "1", "2", "False"),
+        ("ann", "11", "found", "ann/exam.pdf-p2", "2", "3", "False"),
+        ("bob", "5", "found", "bob/exam.pdf-p1", "1", "0", "False"),
+        ("bob", "8", "found", "bob/exam.pdf-p1", "2", "3", "False"),
+        ("bob", "10", "found", "bob/exam.pdf-p2", "1", "2", "False"),
+        ("bob", "11", "missing", "", "", "0", "True"),
+        ("cy", "5", "found", "cy/p1.png", "1", "2", "False"),
+        ("cy", "8", "duplicate", "cy/p2.png", "1", "3", "True"),
+        ("cy", "10", "missing", "", "", "0", "True"),
+        ("cy", "11", "found", "cy/p2.png", "2", "4", "False")]
+    # per item: the key's id for the printed one, and the review flags
+    assert [(r["page"], r["printed_id"], r["question_id"], r["review"], r["duplicate_of"])
+            for r in rows("grades.csv")] == [
+        ("ann/exam.pdf-p1", "Q5", "5", "false", ""), ("ann/exam.pdf-p1", "第8题", "8", "false", ""),
+        ("ann/exam.pdf-p2", "10.", "10", "false", ""), ("ann/exam.pdf-p2", "(11)", "11", "false", ""),
+        ("bob/exam.pdf-p1", "第五题", "5", "false", ""), ("bob/exam.pdf-p1", "8", "8", "false", ""),
+        ("bob/exam.pdf-p2", "", "10", "false", ""),
+        ("cy/p1.png", "5.", "5", "false", ""), ("cy/p1.png", "8", "8", "true", "cy/p2.png #1"),
+        ("cy/p2.png", "第8题", "8", "false", ""), ("cy/p2.png", "十一", "11", "false", ""),
+        ("cy/p2.png", "Q12", "Q12", "false", "")]
 
 
 def test_a_student_for_every_page_or_a_named_refusal(tmp_path):
