@@ -2161,7 +2161,7 @@ def grade_cases() -> list[Case]:
               ("nested-value", ".yaml", "1: [a, b]\n", r"question '1': the reference answer must be one value, not "
                                                        r"list"),
               ("nested-object", ".json", '{"1": {"a": 1}}', r"question '1': unknown key 'a' \(a question's mapping "
-                                                             r"holds answer, full_score, rubric, question_type\)"),
+                                                             r"holds answer, full_score, rubric, question_type, page\)"),
               ("full-score-zero", ".yaml", "1: {answer: 7, full_score: 0}\n",
                "question '1': full_score '0' must be a finite number above 0"),
               ("malformed-yaml", ".yaml", "1: [a\n2: b", "cannot be read"),
@@ -3148,14 +3148,33 @@ def key_id_cases() -> list[Case]:
     return [Case(f"key-ids-{name}", GRADE, grade_args(model="ided", answer_key="{box}/key.yaml"), code=0, check=found,
                  setup=chain(pages("a.png"), write("key.yaml", text)))
             for name, text in (("fullwidth", "１: 7\n２: 30\n"), ("quoted-with-spaces", "' 1 ': 7\n'2 ': 30\n"),
-                               ("ascii", "1: 7\n2: 30\n"))]
+                               ("ascii", "1: 7\n2: 30\n"), ("printed", "Q1: 7\n第2题: 30\n"),
+                               ("chinese-numerals", "一、: 7\n第二题: 30\n"),
+                               ("numbered-in-brackets", "(1): 7\n2.: 30\n"),
+                               ("placed-past-the-document", "1: {answer: '7', page: 1}\n2: {answer: '30', page: 2}\n"))]
+
+
+def printed_id_cases() -> list[Case]:
+    """A model that writes ids as the page prints them (Q1, 第二题) against a key of 1 and 2; keys whose ids read
+    alike, or that place a question on no page."""
+    found = csv_column("out/questions.csv", "status", lambda v: v == ["found", "found"])
+    key = chain(pages("a.png"), write("key.yaml", "1: 7\n2: 30\n"))
+    return [Case("model-ids-printed", GRADE, grade_args(model="printed", answer_key="{box}/key.yaml"), code=0,
+                 check=found, setup=key),
+            Case("key-ids-read-alike", GRADE, grade_args(answer_key="{box}/key.yaml"),
+                 r"--answer-key \S+key\.yaml: questions '5' and 'Q5' are one question as a page prints it",
+                 setup=chain(pages("a.png"), write("key.yaml", "5: 7\nQ5: 30\n")), outputs=()),
+            *(Case(f"key-page-{name}", GRADE, grade_args(answer_key="{box}/key.yaml"),
+                   rf"--answer-key \S+key\.yaml: question '1': page '{page}' must be a page number 1-1000",
+                   setup=chain(pages("a.png"), write("key.yaml", f"1: {{answer: '7', page: '{page}'}}\n")), outputs=())
+              for name, page in (("zero", "0"), ("word", "two"), ("negative", "-1"), ("past-a-thousand", "1001")))]
 
 
 CASES = [*score_cases(), *agreement_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(),
          *reliance_cases(), *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(),
          *grade_cases(), *select_cases(), *review_cases(), *interval_cases(), *compare_outcome_cases(),
          *selective_cases(), *hub_cases(), *demo_cases(), *agreement_more_cases(), *points_in_annotation_cases(),
-         *alias_cases(), *key_id_cases()]
+         *alias_cases(), *key_id_cases(), *printed_id_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint
@@ -3167,6 +3186,10 @@ REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000
                                 "correctness": True},
                                {"question_id": "2", "bbox_2d": [10, 80, 100, 120], "text": "35", "answer": "30",
                                 "correctness": False}]),
+           "printed": json.dumps([{"question_id": "Q1", "bbox_2d": [10, 10, 100, 60], "text": "7", "answer": "7",
+                                   "correctness": True},
+                                  {"question_id": "第二题", "bbox_2d": [10, 80, 100, 120], "text": "35", "answer": "30",
+                                   "correctness": False}]),
            "graded": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": "7", "answer": "7", "correctness": True},
                                  {"bbox_2d": [10, 80, 100, 120], "text": "35", "answer": "30", "correctness": False}]),
            "formula": json.dumps([{"bbox_2d": [10, 10, 100, 60], "text": '=HYPERLINK("http://x.example/","7")',
@@ -3180,7 +3203,7 @@ REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000
 
 def answer_by_model(model: str, n: int) -> tuple[int, str | None]:
     """What the fake endpoint answers depends on the requested model name: ok ("[]"), yes, graded (two items), ided
-    (the two items with their question ids),
+    (the two items with their question ids), printed (with ids as a page prints them),
     refuse (400), refuse-second (400 to its second request), auth (401), missing (404), huge, deep, bignum,
     surrogate, surrogate-text, formula, html (hostile REPLIES) and null (no content)."""
     status = 400 if model in ("refuse", "echo-key") or (model == "refuse-second" and n == 2) else \
