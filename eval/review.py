@@ -16,6 +16,8 @@ data_builders/build_sft.py.
 
 from __future__ import annotations
 
+import sys
+
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.grading.review import ReviewRun
 from gbtrain.grading.review_export import export_review
@@ -38,6 +40,10 @@ def main() -> None:
           f"not reviewed")
     print(f"report: {run.out}/review_report.md; reviewed pages for build_sft: {rep['written']['records']} pages, "
           f"{rep['written']['marks']} marks in {run.out}")
+    left_out = rep["written"]["left_out"]
+    if left_out:
+        print(f"review: warning: {len(left_out)} reviewed pages left out of the training data (first: page "
+              f"{left_out[0]['page']}: {left_out[0]['why']}); each is named in review_report.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from gbtrain.grading.pages import Page, load_page
 from gbtrain.outputs import RUN_RECORD
 from gbtrain.schema import (
     RIGHT,
+    UNANSWERED,
     UNKNOWN,
     WRONG,
     Box,
@@ -159,7 +160,11 @@ def shown_question_id(item: dict) -> str:
 
 
 def model_verdict(item: dict) -> str:
-    """The model's judgment as a verdict label: right, wrong, or unknown when it gave none."""
+    """The model's judgment as a verdict label: unanswered where it transcribed nothing and did not judge the answer
+    right (the prompt asks for "" for a blank answer, and a blank answer's verdict is unanswered: a task the model
+    got right is submitted unchanged), else right, wrong, or unknown when it gave none."""
+    if not (item.get("text") or "").strip() and item["correctness"] is not True:
+        return UNANSWERED
     return {True: RIGHT, False: WRONG}.get(item["correctness"], UNKNOWN)
 
 

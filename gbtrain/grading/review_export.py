@@ -50,7 +50,8 @@ def sheet_rows(pages: list[GradedPage]) -> list[dict]:
                          "question_type": it.get("question_type"), **dict(zip(("x1", "y1", "x2", "y2"), box,
                                                                                 strict=True)),
                          "text": it["text"], "answer": it["answer"],
-                         "model_correctness": "" if it["correctness"] is None else model_verdict(it),
+                         "model_correctness": model_verdict(it) if it["correctness"] is not None or not (
+                             it["text"] or "").strip() else "",
                          "model_score": it.get("score"), "full_score": it.get("full_score"),
                          "review_id": page.review_id})
     return rows

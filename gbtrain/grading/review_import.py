@@ -366,36 +366,48 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
     return pairs
 
 
-def page_marks(items: list[Reviewed]) -> list[Mark]:
+def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
     """A reviewed page's answer marks: each item as the teacher left it (deleted ones and those without a box left
-    out; in points where the teacher's score is given), its id the question id made unique on the page (a question
-    given twice becomes `3`, `3-2`)."""
-    marks, used, added = [], Counter(), 0
+    out; in points where the teacher's score is given), its id the question id; and why the page cannot be training
+    data as it stands (None when it can). Items given one question id are one group, as in GradingBench (an answer
+    in two boxes), so they must agree on their points; an item with no question id (the model named none, and the
+    teacher gave none) has none to train on: the export's placeholders (`item<n>`) never become a question id."""
+    marks = []
     for r in items:
         t = r.teacher
         if t is None or t.box is None:
             continue
-        added += r.model is None
-        base = t.question_id or (f"item{r.model['index'] + 1}" if r.model else f"added{added}")
-        used[base] += 1
-        mark_id = base if used[base] == 1 else f"{base}-{used[base]}"
+        if not t.question_id:
+            where = f"item {r.model['index'] + 1}" if r.model else "a region the teacher added"
+            return [], f"{where} has no question id: give it one in the review (the question it answers)"
         points = {"full_score": t.full_score, "score": t.score, "score_2": t.score_2,
                   "arbitration": t.arbitration} if None not in (t.score, t.full_score) else {}
-        marks.append(Mark(points=rectangle(*t.box), label=t.verdict, raw_label=t.verdict, mark_id=mark_id,
+        marks.append(Mark(points=rectangle(*t.box), label=t.verdict, raw_label=t.verdict, mark_id=t.question_id,
                           hand=t.text, std=t.reference, question_type=t.question_type or "Other",
                           rubric=(r.model or {}).get("rubric") if points else None, **points))
-    return marks
+    for qid in {m.mark_id for m in marks}:
+        same = [m for m in marks if m.mark_id == qid]
+        for attr in ("score", "full_score", "score_2"):
+            if len({getattr(m, attr) for m in same}) > 1:
+                return [], (f"question {qid!r:.40} is given {len(same)} boxes with different {attr}s: one question is "
+                            f"one group (its boxes share their points); delete the extra box, or give the other its "
+                            f"own question id")
+    return marks, None
 
 
-def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict[str, int]:
+def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict:
     """The pages reviewed whole as a GradingBench folder (L3), written as the generator writes pages and read back
-    by the strict reader; returns the records and marks written."""
+    by the strict reader; returns the records and marks written, and the pages left out (page_marks: a page whose
+    marks cannot be training data as they stand), each with why."""
     by_page: dict[str, list[Reviewed]] = {}
     for r in review.items:
         by_page.setdefault(r.page, []).append(r)
-    records = []
+    records, left_out = [], []
     for name, page in review.pages.items():
-        marks = page_marks(by_page.get(name, []))
+        marks, problem = page_marks(by_page.get(name, []))
+        if problem:
+            left_out.append({"page": name, "why": problem})
+            continue
         record_id = safe_name(name)  # as the page file's name: unique in the graded folder
         record = Record(record_id, L3, subject, f"{safe_name(subject)}/{page.image}", page.record["width"],
                         page.record["height"], marks)
@@ -404,7 +416,8 @@ def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict[s
     write_level(out, L3, records)
     write_manifest(out, {L3: records})
     loaded = load_level(out, L3)
-    return {"records": len(loaded.records), "marks": sum(len(r.marks) for r in loaded.records)}
+    return {"records": len(loaded.records), "marks": sum(len(r.marks) for r in loaded.records),
+            "left_out": left_out}
 
 
 def check_import(run: ReviewRun) -> tuple[Path, Path, Path]:
@@ -454,7 +467,8 @@ def import_review(run: ReviewRun) -> dict:
     claim_output_folder(out, {"tool": "review_import"}, overwrite=True, work=WRITTEN, record=REVIEW_RECORD,
                         discard=True)
     # (claimed with discard: an earlier import's pages are gone, not left to be taken for this one's)
-    written = write_pages(review, images, out, run.subject.strip()) if review.pages else {"records": 0, "marks": 0}
+    written = write_pages(review, images, out, run.subject.strip()) if review.pages else {
+        "records": 0, "marks": 0, "left_out": []}
     rep["written"] = {"folder": str(out), **written}
     write_atomic(out / f"{REPORT}.json", json.dumps(rep, ensure_ascii=False, indent=1) + "\n")
     write_atomic(out / f"{REPORT}.md", report_markdown(rep))

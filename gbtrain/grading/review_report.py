@@ -131,4 +131,9 @@ def report_markdown(rep: dict) -> str:
         lines.append("")
     lines.append(f"Changed without a reason: {rep['changed_without_reason']}. Pages reviewed: "
                  f"{rep['pages']['reviewed']}, not reviewed: {rep['pages']['unreviewed']}.")
+    left_out = rep.get("written", {}).get("left_out") or []
+    if left_out:
+        lines += ["", f"Reviewed pages left out of the training data ({len(left_out)}): fix them in the review and "
+                      f"import again.", "", "| page | why |", "|---|---|"]
+        lines += [f"| {markdown_text(p['page'])} | {markdown_text(p['why'])} |" for p in left_out]
     return "\n".join(lines) + "\n"

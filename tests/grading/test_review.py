@@ -306,6 +306,71 @@ def test_csv_round_trip(graded, tmp_path):
             _import(graded, reviewed, out)
 
 
+class BlankBackend(CannedBackend):
+    """Page a: question 1 answered, question 3 left blank (the model writes "" and judges it wrong); every other
+    page: question 1, and an answer the model gave no question id."""
+
+    def chat(self, conversations, sampling):
+        replies = []
+        for conv in conversations:
+            w, h = conv[0]["content"][0]["image"].size
+            blank = (w, h) == (400, 560)  # page a
+            second = {"question": "3", "text": "", "answer": "7"} if blank else {"text": "x = 4", "answer": "8"}
+            items = [{"question": "1", "text": "12", "answer": "12", "correctness": True, "score": 2,
+                      "bbox_2d": to_model(Box(0.1 * w, 0.1 * h, 0.4 * w, 0.2 * h), w, h, "qwen25", self.budget)},
+                     {**second, "correctness": False,
+                      "bbox_2d": to_model(Box(0.1 * w, 0.5 * h, 0.4 * w, 0.6 * h), w, h, "qwen25", self.budget)}]
+            replies.append(json.dumps(items))
+        return replies
+
+
+@pytest.mark.parametrize("tool", ["labelstudio", "sheet"])
+def test_a_review_accepted_as_the_model_left_it_imports_and_placeholders_never_train(tmp_path, budget, monkeypatch,
+                                                                                      tool):
+    """Every task submitted unchanged (every sheet row marked reviewed): a blank answer the model left blank imports
+    as unanswered, unchanged; a page whose answer has no question id (the model named none, the teacher gave none)
+    is reviewed and counted, but left out of the training data, named with why, rather than trained on `item2`."""
+    monkeypatch.setattr(grade_run, "open_backend", lambda run, plan: (BlankBackend(budget), None))
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    Image.new("RGB", (400, 560), "white").save(pages / "a.png")
+    Image.new("RGB", (420, 600), "white").save(pages / "b.jpg")
+    key = tmp_path / "key.yaml"
+    key.write_text(KEY, encoding="utf-8")
+    graded = tmp_path / "graded"
+    grade_pages(GradeRun("canned", str(pages), str(graded), answer_key=str(key), backend="openai", coords="qwen25",
+                         min_pixels=budget.min_pixels, max_pixels=budget.max_pixels), progress=False)
+    export_review(ReviewRun("export", str(graded)))
+    review = graded / "review"
+    if tool == "labelstudio":
+        tasks = json.loads((review / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+        labels = [[r["value"]["rectanglelabels"] for r in t["predictions"][0]["result"]
+                   if r["type"] == "rectanglelabels"] for t in tasks]
+        assert labels == [[["right"], ["unanswered"]], [["right"], ["wrong"]]]
+        reviewed = tmp_path / "export.json"
+        reviewed.write_text(json.dumps(teacher_export(tasks, lambda n, results: results)), encoding="utf-8")
+    else:
+        with open(review / "review.csv", encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert [r["model_correctness"] for r in rows] == ["right", "unanswered", "right", "wrong"]
+        for r in rows:
+            r["reviewed"] = "yes"
+        reviewed = tmp_path / "reviewed.csv"
+        with open(reviewed, "w", encoding="utf-8", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    out = tmp_path / "imported"
+    rep = _import(graded, reviewed, out)
+    assert rep["reviewed"] == 4 and rep["changed"] == 0 and rep["regrade_rate"] == 0
+    assert rep["written"]["left_out"] == [{"page": "b.jpg", "why": "item 2 has no question id: give it one in the "
+                                                                   "review (the question it answers)"}]
+    (record,) = load_level(out, "L3").records
+    assert record.record_id == "a.png"
+    assert [(g.group_id, g.label, g.hand) for g in record.groups] == [("1", "right", "12"), ("3", "unanswered", "")]
+    assert "| b.jpg | item 2 has no question id" in (out / "review_report.md").read_text(encoding="utf-8")
+
+
 def test_label_studio_second_teacher_storage_sync_and_other_formats(graded, tmp_path):
     """A task two teachers annotated keeps the second's points (score_2) and the arbitration; tasks a storage sync
     added (no review id) are skipped and counted, or refused when annotated; a JSON-MIN export is named. The labeling
