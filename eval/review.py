@@ -38,8 +38,9 @@ def main() -> None:
     print(f"re-grade rate {rate}: {rep['changed']} of {rep['reviewed']} reviewed items changed "
           f"({', '.join(f'{k} {v}' for k, v in rep['changes'].items() if v) or 'nothing'}); {rep['unreviewed']} items "
           f"not reviewed")
+    levels = ", ".join(f"{level} {n}" for level, n in sorted(rep["written"]["levels"].items()))
     print(f"report: {run.out}/review_report.md; reviewed pages for build_sft: {rep['written']['records']} pages, "
-          f"{rep['written']['marks']} marks in {run.out}")
+          f"{rep['written']['marks']} marks in {run.out} (records: {levels or 'none'})")
     left_out = rep["written"]["left_out"]
     if left_out:
         print(f"review: warning: {len(left_out)} reviewed pages left out of the training data (first: page "

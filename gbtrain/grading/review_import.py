@@ -11,17 +11,19 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from PIL import Image
+
 from gbtrain.data.annotations import (
     BOX_TOLERANCE_FRACTION,
     blank_answer_problem,
-    load_level,
+    load_dataset,
     points_problem,
     write_level,
     write_manifest,
 )
 from gbtrain.data.converters.labelstudio import chosen_annotation, read_task, read_tasks, submitted
 from gbtrain.data.converters.sources import rectangle
-from gbtrain.data.pages import PageOutput, write_page
+from gbtrain.data.pages import Crop, PageOutput, question_records, write_page
 from gbtrain.files import write_atomic
 from gbtrain.grading.review import (
     CONFIG,
@@ -56,7 +58,7 @@ from gbtrain.schema import (
 )
 from gbtrain.text import csv_cell, safe_name
 from gbtrain.values import points_from_text, verdict_of
-from gbtrain.vocabulary import L3
+from gbtrain.vocabulary import L1, L2, L3
 
 
 def _number(text: str | None, where: str, what: str) -> float | None:
@@ -395,14 +397,29 @@ def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
     return marks, None
 
 
+def _crops(image: bytes, crops: list[tuple[Record, Crop]]) -> list[tuple[Record, bytes]]:
+    """Each L1 record with its crop of the page image, as JPEG (as the converters write crops)."""
+    with Image.open(io.BytesIO(image)) as page:
+        page = page.convert("RGB")
+        out = []
+        for record, (x, y, w, h) in crops:
+            buf = io.BytesIO()
+            page.crop((x, y, x + w, y + h)).save(buf, format="JPEG", quality=92)
+            out.append((record, buf.getvalue()))
+    return out
+
+
 def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict:
-    """The pages reviewed whole as a GradingBench folder (L3), written as the generator writes pages and read back
-    by the strict reader; returns the records and marks written, and the pages left out (page_marks: a page whose
-    marks cannot be training data as they stand), each with why."""
+    """The pages reviewed whole as a GradingBench folder, every level the SFT builder reads: L3 (the page), L2 (one
+    record per question) and L1 (its crop), made as the converters make them (data.pages.question_records), written
+    as the generator writes pages and read back by the strict reader; returns the records (L3 pages) and marks
+    written, the records per level, and the pages left out (page_marks: a page whose marks cannot be training data
+    as they stand), each with why."""
     by_page: dict[str, list[Reviewed]] = {}
     for r in review.items:
         by_page.setdefault(r.page, []).append(r)
-    records, left_out = [], []
+    levels: dict[str, list[Record]] = {L1: [], L2: [], L3: []}
+    left_out = []
     for name, page in review.pages.items():
         marks, problem = page_marks(by_page.get(name, []))
         if problem:
@@ -411,13 +428,20 @@ def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict:
         record_id = safe_name(name)  # as the page file's name: unique in the graded folder
         record = Record(record_id, L3, subject, f"{safe_name(subject)}/{page.image}", page.record["width"],
                         page.record["height"], marks)
-        write_page(out, PageOutput(record_id, subject, (images / page.image).read_bytes(), record, [], []))
-        records.append(record)
-    write_level(out, L3, records)
-    write_manifest(out, {L3: records})
-    loaded = load_level(out, L3)
-    return {"records": len(loaded.records), "marks": sum(len(r.marks) for r in loaded.records),
-            "left_out": left_out}
+        l2, l1 = question_records(record)
+        image = (images / page.image).read_bytes()
+        write_page(out, PageOutput(record_id, subject, image, record, l2, _crops(image, l1)))
+        levels[L3].append(record)
+        levels[L2] += l2
+        levels[L1] += [r for r, _ in l1]
+    levels = {level: records for level, records in levels.items() if records}
+    for level, records in levels.items():
+        write_level(out, level, records)
+    write_manifest(out, levels)
+    loaded = load_dataset(out) if levels else {}
+    pages = loaded[L3].records if L3 in loaded else []
+    return {"records": len(pages), "marks": sum(len(r.marks) for r in pages),
+            "levels": {level: len(ld.records) for level, ld in loaded.items()}, "left_out": left_out}
 
 
 def check_import(run: ReviewRun) -> tuple[Path, Path, Path]:
@@ -468,7 +492,7 @@ def import_review(run: ReviewRun) -> dict:
                         discard=True)
     # (claimed with discard: an earlier import's pages are gone, not left to be taken for this one's)
     written = write_pages(review, images, out, run.subject.strip()) if review.pages else {
-        "records": 0, "marks": 0, "left_out": []}
+        "records": 0, "marks": 0, "levels": {}, "left_out": []}
     rep["written"] = {"folder": str(out), **written}
     write_atomic(out / f"{REPORT}.json", json.dumps(rep, ensure_ascii=False, indent=1) + "\n")
     write_atomic(out / f"{REPORT}.md", report_markdown(rep))

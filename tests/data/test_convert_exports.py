@@ -21,7 +21,7 @@ from PIL import Image
 
 from gbtrain.data.annotations import load_dataset, load_level
 from gbtrain.data.converters import coco, convert, load_mapping, summary_lines
-from gbtrain.data.converters.build import ImageFinder
+from gbtrain.data.converters.build import ImageFinder, PartialPage
 from gbtrain.data.converters.sources import image_names
 from gbtrain.outputs import CONVERT_REPORT
 
@@ -187,7 +187,7 @@ def test_lenient_leaves_out_a_page_that_lost_an_answer_unless_kept(tmp_path, mon
     assert [u["item"] for u in report["unmapped"]] == ["task 101, region 'p1a1'"]
     assert report["pages"] == {"in_export": 2, "written": 1, "partial": 1}
     assert report["partial_pages"] == [{"file": str(export), "item": "task 101", "page_id": "p1", "lost_answers": 1,
-                                        "questions": ["1"], "kept": False}]
+                                        "questions": ["1"], "kept": False, "every": False}]
     assert _levels(tmp_path / "out") == {"L3": {"p2"}, "L2": {"p1_1", "p1_2", "p2_0", "p2_1"},
                                          "L1": {"p1_q2", "p1_q3", "p2_q1", "p2_q2"}}
     assert not (tmp_path / "out" / "images" / "L3" / "Mathematics" / "p1.jpg").exists()  # its L2 file stays
@@ -206,6 +206,22 @@ def test_lenient_leaves_out_a_page_that_lost_an_answer_unless_kept(tmp_path, mon
     assert kept["pages"] == {"in_export": 2, "written": 2, "partial": 1} and kept["partial_pages"][0]["kept"]
     l2 = {r.record_id: r for r in load_level(tmp_path / "kept", "L2").records}
     assert [g.group_id for g in l2["p1_0"].groups] == ["1-1"]
+
+
+def test_a_page_that_lost_every_answer_is_never_kept(tmp_path):
+    """Page p1 of the fixture's export without its question ids (a project whose `qid` TextArea was never filled):
+    each of its answers is unmapped, so it keeps none; even with --keep-partial-pages it is never written as a page
+    with no answers, and the report says so."""
+    tasks = _ls_tasks()
+    results = tasks[0]["annotations"][0]["result"]
+    results[:] = [r for r in results if r["from_name"] != "qid"]
+    report = convert(_write(tmp_path / "export.json", tasks), load_mapping(LS_MAPPING), tmp_path / "out",
+                     images=IMAGES, lenient=True, keep_partial_pages=True, progress=False)
+    (partial,) = report["partial_pages"]
+    assert partial["page_id"] == "p1" and partial["every"] and not partial["kept"]
+    assert _levels(tmp_path / "out")["L3"] == {"p2"} and "p1_0" not in _levels(tmp_path / "out")["L2"]
+    assert "lost every one and are never kept" in " ".join(summary_lines(report, tmp_path / "out"))
+    assert "(every answer region lost: never kept, even with --keep-partial-pages)" in str(PartialPage(**partial))
 
 
 def test_a_lost_answer_of_no_known_question_leaves_the_whole_page_out(tmp_path):

@@ -205,11 +205,16 @@ def test_label_studio_round_trip_reports_the_regrade_rate_and_builds(graded, tmp
     from gbtrain.data.build_config import BuildConfig, MixConfig
     from gbtrain.data.sft_dataset import build_sft_dataset
 
+    # every level the builder reads, made as the converters make them: a record per question (L2) and its crop (L1)
+    assert rep["written"]["levels"] == {"L1": 6, "L2": 6, "L3": 2}
+    crops = {r.record_id: r for r in load_level(out, "L1").records}
+    assert sorted(crops) == [f"{p}_q{q}" for p in ("a.png", "b.jpg") for q in (1, 2, 3)]
+    assert crops["a.png_q1"].page_id == records["a.png"].page_id and crops["a.png_q1"].groups[0].label == "wrong"
     sft = tmp_path / "sft"
-    stats = build_sft_dataset(BuildConfig(data=str(out), out=str(sft), target_count=4, validation_share=0,
-                                          test_share=0, mix=MixConfig(levels={"L1": 0, "L2": 0, "L3": 1},
+    stats = build_sft_dataset(BuildConfig(data=str(out), out=str(sft), target_count=12, validation_share=0,
+                                          test_share=0, mix=MixConfig(levels={"L1": 0.5, "L2": 0.5 - 1 / 6, "L3": 1 / 6},
                                                                       three_turn=0)), progress=False)
-    assert stats["total"] == 4
+    assert stats["by"]["level"] == {"L1": 6, "L2": 4, "L3": 2}
     rows = [r for r in load_from_disk(str(sft))["train"] if r["record_id"] == "a.png"]
     target = json.loads(rows[0]["messages"][-1]["content"])
     assert [(it["correctness"], it.get("score")) for it in target] == [(False, 0), (False, 1), (True, None)]

@@ -56,9 +56,9 @@ class ConvertRun:
     images: str | None = option(None, "folder holding the page images (default: the export's folder)")
     format: str | None = option(None, "the export's tool (default: the mapping's format)", choices=FORMATS)
     lenient: bool = option(False, "leave unmappable items out, listed in the report")
-    keep_partial_pages: bool = option(False, "with --lenient: keep a page that lost answer regions in L3 (and all its "
-                                             "questions in L2/L1), although its records then teach those regions "
-                                             "as blank")
+    keep_partial_pages: bool = option(False, "with --lenient: keep a page that lost answer regions (not every one) in "
+                                             "L3 (and all its questions in L2/L1), although its records then teach "
+                                             "those regions as blank")
     overrides: list[str] = option([], "key=value mapping overrides (e.g. subject=Mathematics)",
                                   positional=True)  # (option copies a list default for each instance)
 
@@ -120,8 +120,11 @@ def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images
         raise ValueError(f"{plan.unmapped[0]}{more}: fix the export or the mapping, or rerun with --lenient to leave "
                          f"such items out (listed in {CONVERT_REPORT})")
     if not plan.pages:
-        partial = (f"; {len(plan.partial)} left out as they lost answer regions (--keep-partial-pages keeps them)"
-                   if plan.partial else "")
+        every = sum(p.every for p in plan.partial)
+        partial = (f"; {len(plan.partial)} left out as they lost answer regions" + (
+            f", {every} of them every one (each named in the list above: the mapping's fields, a question id "
+            f"among them, may not be the export's)" if every else "") + (
+            " (--keep-partial-pages keeps the others)" if every < len(plan.partial) else "")) if plan.partial else ""
         raise ValueError(f"{export}: no page could be converted ({plan.pages_in} in the export{partial})")
     counts = _write(plan, out, progress)
     report = _report(plan, export, images, mapping, lenient, counts)
@@ -190,9 +193,11 @@ def summary_lines(report: dict, out: str | Path, shown: int = 20) -> list[str]:
         lines.append(f"  ... and {len(unmapped) - shown} more")
     partial = report["partial_pages"]
     if partial:
+        every = sum(p.get("every", False) for p in partial)
         lines.append(f"pages that lost answer regions: {len(partial)}" + (
-            "" if partial[0]["kept"] else " (their records would teach those regions as blank; --keep-partial-pages "
-                                         "keeps them)") + ":")
+            "" if any(p["kept"] for p in partial) else " (their records would teach those regions as blank; "
+                                                      "--keep-partial-pages keeps them)") + (
+            f"; {every} lost every one and are never kept" if every else "") + ":")
         lines += [f"  {PartialPage(**p)}" for p in partial[:shown]]
         if len(partial) > shown:
             lines.append(f"  ... and {len(partial) - shown} more")

@@ -31,7 +31,7 @@ from gbtrain.data.annotations import (
 )
 from gbtrain.data.converters.mapping import LABEL_FIELD, ConvertMapping
 from gbtrain.data.converters.sources import SourceItem, SourcePage, image_names
-from gbtrain.data.pages import l1_crop
+from gbtrain.data.pages import question_of_mark, question_records
 from gbtrain.files import IMAGE_SUFFIXES
 from gbtrain.schema import (
     CONTENT_FORMAT_ALIASES,
@@ -45,7 +45,7 @@ from gbtrain.schema import (
 )
 from gbtrain.text import safe_name
 from gbtrain.values import label_of, points_from_text
-from gbtrain.vocabulary import L1, L2, L3
+from gbtrain.vocabulary import L3
 
 _ORIENTATION = 0x0112  # EXIF tag
 _SWAPS_SIDES = {5, 6, 7, 8}  # EXIF orientations that turn the image by 90 degrees
@@ -108,10 +108,12 @@ class PartialPage:
     lost_answers: int
     questions: list[str]
     kept: bool  # written as it is (--keep-partial-pages); else out of L3, its questions out of L2/L1
+    every: bool = False  # it lost every answer region: never kept (it would train as a page with no answers)
 
     def __str__(self) -> str:
         what = "kept as it is" if self.kept else "left out of L3" + (
-            f", question(s) {', '.join(self.questions)} out of L2/L1" if self.questions else "")
+            f", question(s) {', '.join(self.questions)} out of L2/L1" if self.questions else "") + (
+            " (every answer region lost: never kept, even with --keep-partial-pages)" if self.every else "")
         return f"{self.file} [{self.item}] (page {self.page_id}): {self.lost_answers} answer region(s) lost: {what}"
 
 
@@ -342,10 +344,6 @@ class _Region:
         return b.x1 <= cx <= b.x2 and b.y1 <= cy <= b.y2
 
 
-def _parent(mark_id: str) -> str:
-    return mark_id.split("-", 1)[0]
-
-
 @dataclass
 class _Lost:
     """A region that is (or may be) an answer, left out: its question by its id, where it lies."""
@@ -380,11 +378,13 @@ class PagePlanner:
         regions = self._named(page, answers, regions)
         answers = self._placed(page, answers, regions, lost)
         touched = self._touched(lost, answers, regions) if lost else set()
-        plan = self._records(page, image, size, subject, answers, regions, set() if self.keep_partial else touched)
+        # a page that lost every answer would be written as a page with none: never kept, whatever the flag says
+        keep = self.keep_partial and bool(answers)
+        plan = self._records(page, image, size, subject, answers, regions, set() if keep else touched)
         if lost:
             self.plan.partial.append(PartialPage(page.file, page.where, plan.page_id, len(lost), sorted(touched),
-                                                 self.keep_partial))
-        plan.in_l3 = not lost or self.keep_partial
+                                                 keep, every=not answers))
+        plan.in_l3 = not lost or keep
         if plan.in_l3 or plan.l2:
             self.plan.pages.append(plan)
 
@@ -396,7 +396,7 @@ class PagePlanner:
             found = {r.qid for r in regions if item.box is not None and r.holds(item.box)}
             found |= {item.question} - {None}
             if not found:
-                return {_parent(mk.mark_id) for mk in answers} | {r.qid for r in regions}
+                return {question_of_mark(mk.mark_id) for mk in answers} | {r.qid for r in regions}
             touched |= found
         return touched
 
@@ -419,7 +419,7 @@ class PagePlanner:
                 self._unmapped(page, item.where, str(e))
                 if item.label not in self.m.question_labels:  # an answer, or a label the mapping does not name
                     mark_id = _value(self.m.fields.id, item)
-                    lost.append(_Lost(_parent(mark_id) if mark_id else None,
+                    lost.append(_Lost(question_of_mark(mark_id) if mark_id else None,
                                       Box.enclosing(item.points) if item.points else None))
         return answers, regions
 
@@ -440,7 +440,7 @@ class PagePlanner:
         """The question regions with a question id: their own, else the one the answers inside them share."""
         named = []
         for r in regions:
-            inside = sorted({_parent(mk.mark_id) for _, mk in answers if r.holds(mk.box)})
+            inside = sorted({question_of_mark(mk.mark_id) for _, mk in answers if r.holds(mk.box)})
             if r.qid is None and len(inside) == 1:
                 r.qid = inside[0]
             if r.qid is not None:
@@ -458,14 +458,15 @@ class PagePlanner:
             return [mk for _, mk in answers]
         kept = []
         for item, mark in answers:
-            if any(r.qid == _parent(mark.mark_id) and r.holds(mark.box) for r in regions):
+            if any(r.qid == question_of_mark(mark.mark_id) and r.holds(mark.box) for r in regions):
                 kept.append(mark)
                 continue
             others = sorted({r.qid for r in regions if r.holds(mark.box)})
+            own = question_of_mark(mark.mark_id)
             self._unmapped(page, item.where, f"answer {mark.mark_id} lies in " + (
-                f"the region of question {', '.join(others)}, not of question {_parent(mark.mark_id)}" if others
+                f"the region of question {', '.join(others)}, not of question {own}" if others
                 else "no question region"))
-            lost.append(_Lost(_parent(mark.mark_id), mark.box))
+            lost.append(_Lost(question_of_mark(mark.mark_id), mark.box))
         return kept
 
     def _page_id(self, page: SourcePage) -> str:
@@ -487,40 +488,17 @@ class PagePlanner:
         page_id = self._page_id(page)
         w, h = size
         rel = f"{safe_name(subject)}/{page_id}{image.suffix}"
-        plan = PagePlan(page_id, image, Record(page_id, L3, subject, rel, w, h, answers), [], [])
-        questions: dict[str, tuple[list[Mark], list[_Region]]] = {}
-        for mark in answers:
-            questions.setdefault(_parent(mark.mark_id), ([], []))[0].append(mark)
+        l3 = Record(page_id, L3, subject, rel, w, h, answers)
+        asked = {question_of_mark(mark.mark_id) for mark in answers}
+        context: dict[str, list[Mark]] = {}
         for r in regions:
-            if r.qid in questions:
-                questions[r.qid][1].append(r)
+            if r.qid in asked:
+                context.setdefault(r.qid, []).append(Mark(points=r.points, label=CONTEXT, raw_label=CONTEXT,
+                                                          mark_id=r.qid, question_id=r.qid, stage=r.stage))
             else:
                 self.plan.notes.append(f"{page.file} [{r.item.where}]: question {r.qid} has no answer marks: not in "
                                        f"L2/L1")
-
-        def top_left(q: tuple[list[Mark], list[_Region]]) -> tuple[float, float]:
-            b = Box.enclosing([*(mk.box for mk in q[0]), *(r.box for r in q[1])])
-            return b.y1, b.x1
-
-        for k, (qid, (marks, qregions)) in enumerate(sorted(questions.items(), key=lambda kv: top_left(kv[1]))):
-            if qid in dropped:  # its L2 id keeps its place in reading order: the others' ids do not shift
-                continue
-            context = [Mark(points=r.points, label=CONTEXT, raw_label=CONTEXT, mark_id=qid, question_id=qid,
-                            stage=r.stage) for r in qregions]
-            plan.l2.append(Record(f"{page_id}_{k}", L2, subject, rel, w, h, [*marks, *context]))
-            plan.l1.append(_crop(page_id, qid, subject, marks, [r.box for r in qregions], size))
-        return plan
+        l2, l1 = question_records(l3, context, dropped)  # a dropped question's L2 number is not given to another
+        return PagePlan(page_id, image, l3, l2, l1)
 
 
-def _crop(page_id: str, qid: str, subject: str, marks: list[Mark], regions: list[Box],
-          size: tuple[int, int]) -> tuple[Record, tuple[int, int, int, int]]:
-    """The L1 record of one question and its (x, y, width, height) on the page: the crop around the question's
-    regions and answers (margin as the synthetic generator's), with the answer marks moved onto it."""
-    w, h = size
-    crop = l1_crop(Box.enclosing([*regions, *(mk.box for mk in marks)]), w, h)
-    cx, cy = round(crop.x1), round(crop.y1)
-    cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
-    shifted = [mk.moved(cx, cy, 2) for mk in marks]
-    name = f"{page_id}_q{safe_name(qid)}"
-    record = Record(name, L1, subject, f"{safe_name(subject)}/{name}.jpg", cw, ch, shifted, page=page_id)
-    return record, (cx, cy, cw, ch)
