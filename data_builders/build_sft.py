@@ -2,8 +2,13 @@
 
     python data_builders/build_sft.py --data runs/synth --out runs/sft \
         [--config configs/data/default.yaml] [key=value ...]
+    python data_builders/build_sft.py --data last_term/ --data reviewed/ --out runs/sft data_weights=[1,2]
 
-Keys (see gbtrain.config.BuildConfig): target_count, seed, coords, vision.min_pixels, vision.max_pixels,
+Several --data folders (oldest first) are built as one set: a page in several (the same image) is taken once, from
+the newest, in the split the oldest gave it (gbtrain.data.merge).
+
+Keys (see gbtrain.config.BuildConfig): more_data, data_weights, target_count, seed, coords, vision.min_pixels,
+vision.max_pixels,
 max_length, tokenizer, validation_share, test_share, mix.levels.L1, mix.modes.answer-free,
 mix.three_turn, l2_margin, lenient, workers.
 """
@@ -11,6 +16,7 @@ mix.three_turn, l2_margin, lenient, workers.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from gbtrain.cli import HelpFormatter, user_errors
@@ -22,13 +28,16 @@ from gbtrain.data.sft_dataset import build_sft_dataset
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, epilog=keys_epilog(BuildConfig))
     ap.add_argument("--config", help="YAML config (configs/data/*.yaml)")
-    ap.add_argument("--data", help="GradingBench-layout folder (same as data=...)")
+    ap.add_argument("--data", action="append", help="GradingBench-layout folder (same as data=...); again for "
+                                                    "further folders, oldest first (more_data=[...])")
     ap.add_argument("--out", help="output folder (same as out=...)")
     ap.add_argument("--lenient", action="store_true", help="skip bad records, counted and listed in the card")
     ap.add_argument("overrides", nargs="*", help="key=value config overrides")
     args = ap.parse_intermixed_args()  # key=value may come before, between or after the flags
     overrides = list(args.overrides)
-    overrides += [f"data={args.data}"] if args.data else []
+    if args.data:
+        overrides += [f"data={json.dumps(args.data[0])}"]
+        overrides += [f"more_data={json.dumps(args.data[1:])}"] if len(args.data) > 1 else []
     overrides += [f"out={args.out}"] if args.out else []
     overrides += ["lenient=true"] if args.lenient else []
     with user_errors("build_sft"):
@@ -41,6 +50,11 @@ def main() -> None:
     if stats["skipped_records"]:
         print(f"skipped {len(stats['skipped_records'])} bad record(s) (--lenient), listed in the card")
     print(f"wrote {stats['total']} conversations to {cfg.out} in {took:.1f} s; splits {stats['by']['split']}")
+    if stats["sources"]:
+        print("folders: " + "; ".join(f"{s['folder']} (weight {s['weight']:g}): {s['records']} records"
+                                      for s in stats["sources"]))
+    if stats["replaced_pages"]:
+        print(f"pages taken from a newer folder: {len(stats['replaced_pages'])} (listed in the card)")
     if stats["dropped_over_max_length"]:
         print(f"dropped for length > {cfg.max_length}: {stats['dropped_over_max_length']}")
     if stats["shortfall"]:

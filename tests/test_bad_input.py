@@ -2161,7 +2161,8 @@ def grade_cases() -> list[Case]:
               ("nested-value", ".yaml", "1: [a, b]\n", r"question '1': the reference answer must be one value, not "
                                                        r"list"),
               ("nested-object", ".json", '{"1": {"a": 1}}', r"question '1': unknown key 'a' \(a question's mapping "
-                                                             r"holds answer, full_score, rubric, question_type, page\)"),
+                                                             r"holds answer, full_score, rubric, question_type, "
+                                                             r"page\)"),
               ("full-score-zero", ".yaml", "1: {answer: 7, full_score: 0}\n",
                "question '1': full_score '0' must be a finite number above 0"),
               ("malformed-yaml", ".yaml", "1: [a\n2: b", "cannot be read"),

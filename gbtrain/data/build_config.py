@@ -24,6 +24,11 @@ class BuildConfig:
     """data_builders/build_sft.py: annotated pages -> SFT conversations."""
 
     data: str = option("???", "the GradingBench-layout folder read (also --data)")
+    more_data: list[str] = option([], "further GradingBench folders, each newer than the one before (also --data "
+                                      "again): a page in several is taken once, from the newest, in the oldest's "
+                                      "split (gbtrain.data.merge)")
+    data_weights: list[float] = option([], "a weight per folder (data, then more_data; default 1 each): how likely "
+                                           "its records are drawn when a level has more than the mix asks for")
     out: str = option("???", "the folder written (also --out)")
     target_count: int = option(10_000, "conversations to build (split in proportion to pages)", bounds=(1, 10**8))
     seed: int = option(0, "seed of the page split and of the sampling of records", bounds=(0, 2**32 - 1))

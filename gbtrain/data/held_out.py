@@ -4,11 +4,11 @@ from (the checkpoint records its build; `--build` names one), and every record o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gbtrain.config import option
-from gbtrain.data.sft_dataset import finished_build
+from gbtrain.data.sft_dataset import finished_build, kept_splits
 from gbtrain.data.splits import SPLITS, SplitRule
 from gbtrain.schema import Record
 
@@ -37,15 +37,19 @@ class HeldOut:
     why: str
     rule: SplitRule | None = None
     data_is_source: bool = False
+    kept: dict[str, str] = field(default_factory=dict)  # page id -> split: pages split as an older folder's copy
+
+    def split_of(self, record: Record) -> str:
+        return self.kept.get(record.page_id) or self.rule.split(record)
 
     def keeps(self, record: Record) -> bool:
-        return self.split == "all" or self.rule is None or self.rule.split(record) == self.split
+        return self.split == "all" or self.rule is None or self.split_of(record) == self.split
 
     def training_records(self, records: list[Record]) -> int:
         """How many of the evaluated `records` the build trained on (0 when --data is not its source)."""
         if not self.data_is_source or self.rule is None or self.split not in ("all", "train"):
             return 0
-        return sum(self.rule.split(r) == "train" for r in records)
+        return sum(self.split_of(r) == "train" for r in records)
 
     def record(self, training_records: int) -> dict:
         """What the report says of it."""
@@ -78,8 +82,9 @@ def resolve_held_out(data: str | Path, split: str, build: str | None, model_buil
         return HeldOut("all", None, f"every record: the checkpoint's training build {source} cannot be read, so its "
                                     f"held-out pages are unknown (pass --build)")
     rule = SplitRule.of(cfg)
-    built_from = Path(str(cfg.data)).resolve()
-    same = built_from == Path(data).resolve()
+    folders = [Path(str(d)).resolve() for d in [cfg.data, *(getattr(cfg, "more_data", None) or [])]]
+    built_from = folders[0] if len(folders) == 1 else ", ".join(map(str, folders))
+    same = Path(data).resolve() in folders
     resolved = str(Path(source).resolve())
     if not same:
         if split not in ("auto", "all"):
@@ -92,4 +97,4 @@ def resolve_held_out(data: str | Path, split: str, build: str | None, model_buil
     chosen = "test" if split == "auto" else split
     why = {"test": "the test split of", "validation": "the validation split of",
            "train": "TRAINING PAGES of", "all": "every record, TRAINING PAGES INCLUDED, of"}[chosen]
-    return HeldOut(chosen, resolved, f"{why} {named} {source}", rule, True)
+    return HeldOut(chosen, resolved, f"{why} {named} {source}", rule, True, kept_splits(source, data))

@@ -25,9 +25,9 @@ from tqdm import tqdm
 
 from gbtrain.config import below_minimum, load_yaml, out_of_bounds, to_yaml
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
-from gbtrain.data import annotations
 from gbtrain.data.build_config import BuildConfig
 from gbtrain.data.conversations import Conversation, build_conversation, with_image_placeholder
+from gbtrain.data.merge import Merged, merge_sources, sources_of
 from gbtrain.data.splits import SPLITS, SplitRule
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.outputs import overlapping
@@ -41,20 +41,24 @@ class Plan:
     shortfall: Counter = field(default_factory=Counter)  # (split, level, mode, turns) -> conversations missing
 
 
-def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig) -> Plan:
+def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig, merged: Merged | None = None) -> Plan:
     """Choose which (record, mode, turns) conversations to build, per split, to meet the configured mix.
 
     A record is used at most once per (mode, turns) stratum; when a stratum has too few records the
-    missing count is recorded (the card reports it) rather than repeating conversations.
+    missing count is recorded (the card reports it) rather than repeating conversations. With several folders
+    (`merged`), a record is drawn by its folder's weight, and a page that replaced an older folder's is split as
+    that one was.
     """
     _check_config(cfg)
     rng = random.Random(cfg.seed)
     rule = SplitRule.of(cfg)
     by_split: dict[str, dict[str, list[Record]]] = {s: {lvl: [] for lvl in LEVELS} for s in SPLITS}
     pages: dict[str, set[str]] = {s: set() for s in SPLITS}
+    keys = merged.split_key if merged else {}
     for level, records in records_by_level.items():
         for r in records:
-            s = rule.split(r)
+            key = keys.get((r.level, r.record_id))
+            s = rule.split(r) if key is None else rule.split_key(key)
             by_split[s][level].append(r)
             pages[s].add(r.page_id)
     total_pages = sum(len(p) for p in pages.values()) or 1
@@ -67,10 +71,19 @@ def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig) -> Pla
                 for three_turn, tt_share in ((False, 1 - cfg.mix.three_turn), (True, cfg.mix.three_turn)):
                     quota = round(split_target * share * mode_share * tt_share)
                     take = min(quota, len(pool))
-                    plan.items += [(r, mode, three_turn, split) for r in rng.sample(pool, take)]
+                    plan.items += [(r, mode, three_turn, split) for r in _draw(rng, pool, take, merged)]
                     if quota > take:
                         plan.shortfall[(split, level, mode, 3 if three_turn else 1)] += quota - take
     return plan
+
+
+def _draw(rng: random.Random, pool: list[Record], take: int, merged: Merged | None) -> list[Record]:
+    """`take` records of `pool`, each at most once: uniformly (as a build of one folder always drew), or, where the
+    folders' weights differ, by weight (Efraimidis and Spirakis: the largest u ** (1 / weight))."""
+    if merged is None or len({s.weight for s in merged.sources}) == 1:
+        return rng.sample(pool, take)
+    keyed = sorted(((rng.random() ** (1 / merged.weight(r)), k) for k, r in enumerate(pool)), reverse=True)
+    return [pool[k] for _, k in keyed[:take]]
 
 
 def _check_config(cfg: BuildConfig) -> None:
@@ -155,14 +168,17 @@ class LengthCounter:
 IMAGES_DIR = "images"  # OUT/images: every image a row names, by a path relative to OUT
 
 
-def _place_images(data_dir: Path, out: Path, records: list[Record], workers: int) -> dict[tuple[str, str], str]:
-    """Link (or copy) each distinct image into OUT/images once; return (level, image) -> its path relative to OUT
-    (`images/L1/...`: moved or shared, the folder's rows still name its own images)."""
-    wanted = {(r.level, r.image) for r in records}
-    targets = {key: Path(IMAGES_DIR, *key).as_posix() for key in wanted}
+def _place_images(merged: Merged, out: Path, records: list[Record], workers: int) -> dict[tuple[int, str, str], str]:
+    """Link (or copy) each distinct image into OUT/images once; return (folder, level, image) -> its path relative
+    to OUT (`images/L1/...`, `images/<tag>/L1/...` for the second folder on: moved or shared, the folder's rows still
+    name its own images)."""
+    wanted = {merged.image_in_build(r) for r in records}
+    tags = [s.tag for s in merged.sources]
+    targets = {key: Path(IMAGES_DIR, *([tags[key[0]]] if tags[key[0]] else []), key[1], key[2]).as_posix()
+               for key in wanted}
 
-    def place(key: tuple[str, str]) -> None:
-        src = annotations.image_root(data_dir, key[0]) / key[1]
+    def place(key: tuple[int, str, str]) -> None:
+        src = merged.image_file(key[1], key[2], key[0])
         dst = out / targets[key]
         dst.parent.mkdir(parents=True, exist_ok=True)
         if dst.exists():
@@ -192,15 +208,16 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     from datasets import Dataset, DatasetDict
 
     _check_config(cfg)
-    data_dir, out = Path(cfg.data), Path(cfg.out)
-    _check_output_folder(out, data_dir)
+    sources = sources_of(cfg.data, list(cfg.more_data), list(cfg.data_weights))
+    out = Path(cfg.out)
+    for source in sources:
+        _check_output_folder(out, source.folder)
     budget = cfg.vision
     family = family_of_model(cfg.tokenizer) if cfg.tokenizer else None
     if family is not None:  # image token counts (and qwen25 boxes) follow the model's token size
         budget.check_family(family, cfg.tokenizer)
-    loaded = annotations.load_dataset(data_dir, lenient=cfg.lenient)
-    records_by_level = {lvl: ld.records for lvl, ld in loaded.items()}
-    plan = plan_mix(records_by_level, cfg)
+    merged = merge_sources(sources, SplitRule.of(cfg), cfg.lenient)
+    plan = plan_mix(merged.records, cfg, merged)
     convs = [build_conversation(r, mode, tt, cfg.coords, budget, cfg.l2_margin)
              for r, mode, tt, _ in tqdm(plan.items, desc="conversations", disable=not progress)]
     counter = LengthCounter(cfg.tokenizer, budget)
@@ -212,15 +229,16 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     # build_config.yaml marks a finished build: it goes first and comes back last, so a build killed midway
     # (or a rebuild over an old one) leaves a folder that readers refuse instead of half-new targets.
     (out / "build_config.yaml").unlink(missing_ok=True)
-    images = _place_images(data_dir, out, [convs[i].record for i in keep], cfg.workers)
+    images = _place_images(merged, out, [convs[i].record for i in keep], cfg.workers)
     rows = {s: [] for s in SPLITS}
     for i in keep:
         split = plan.items[i][3]
         rec = convs[i].record
-        rows[split].append(_row(convs[i], split, images[(rec.level, rec.image)], lengths[i]))
+        rows[split].append(_row(convs[i], split, images[merged.image_in_build(rec)], lengths[i]))
     built = {s: Dataset.from_list(rows[s]) for s in SPLITS if rows[s]}
     if not built:
-        raise ValueError(f"no conversations were built from {data_dir} (see the mix and max_length)")
+        raise ValueError(f"no conversations were built from {', '.join(str(s.folder) for s in sources)} (see the "
+                         f"mix and max_length)")
     template = next(iter(built.values()))
     # an empty split keeps the others' features and one (empty) shard, so load_from_disk opens it
     dd = DatasetDict({s: built.get(s, template.select([])) for s in SPLITS})
@@ -228,7 +246,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
         if (out / s).exists():
             shutil.rmtree(out / s)
     dd.save_to_disk(str(out), num_shards={s: 1 for s in SPLITS})
-    stats = _stats(cfg, loaded, plan, [r for s in SPLITS for r in rows[s]], dropped, counter.exact)
+    stats = _stats(cfg, merged, plan, [r for s in SPLITS for r in rows[s]], dropped, counter.exact)
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                                     encoding="utf-8")
     (out / "card.md").write_text(render_card(stats), encoding="utf-8")
@@ -244,12 +262,13 @@ def _percentiles(values: list[int]) -> dict[str, float]:
     return {"min": v[0], "p50": q[49], "p90": q[89], "p99": q[98], "max": v[-1], "mean": round(sum(v) / len(v), 1)}
 
 
-def _stats(cfg: BuildConfig, loaded, plan: Plan, rows: list[dict], dropped: Counter, exact: bool) -> dict:
+def _stats(cfg: BuildConfig, merged: Merged, plan: Plan, rows: list[dict], dropped: Counter, exact: bool) -> dict:
     by = {key: dict(sorted(Counter(r[key] for r in rows).items())) for key in
           ("split", "level", "mode", "turns", "subject", "stage")}
     # Question type and label are properties of answer groups: count them over the groups in the rows.
     group_types, group_labels = Counter(), Counter()
-    record_index = {(lvl, rec.record_id): rec for lvl, ld in loaded.items() for rec in ld.records}
+    record_index = {(lvl, rec.record_id): rec for lvl, recs in merged.records.items() for rec in recs}
+    loaded = [ld for levels in merged.loaded for ld in levels.values()]
     for r in rows:
         for g in record_index[(r["level"], r["record_id"])].groups:
             group_types[g.question_type] += 1
@@ -264,13 +283,31 @@ def _stats(cfg: BuildConfig, loaded, plan: Plan, rows: list[dict], dropped: Coun
                    **{lvl: _percentiles([r["num_tokens"] for r in rows if r["level"] == lvl]) for lvl in LEVELS}},
         "dropped_over_max_length": {f"{k[0]}/{k[1]}/t{k[2]}": n for k, n in sorted(dropped.items())},
         "shortfall": {f"{k[0]}/{k[1]}/{k[2]}/t{k[3]}": n for k, n in sorted(plan.shortfall.items())},
-        "skipped_records": [str(p) for ld in loaded.values() for p in ld.skipped],
-        "reader_warnings": [str(p) for ld in loaded.values() for p in ld.warnings],
-        "unknown_values": {lvl: ld.unknown_values for lvl, ld in loaded.items() if ld.unknown_values},
+        "skipped_records": [str(p) for ld in loaded for p in ld.skipped],
+        "reader_warnings": [str(p) for ld in loaded for p in ld.warnings],
+        "unknown_values": _unknown_values(merged),
+        "sources": [{"folder": str(s.folder), "weight": s.weight, "tag": s.tag,
+                     "records": sum(merged.source_of.get((lvl, r.record_id), 0) == k
+                                    for lvl, recs in merged.records.items() for r in recs)}
+                    for k, s in enumerate(merged.sources)] if len(merged.sources) > 1 else None,
+        "replaced_pages": merged.replaced,
+        # pages split as an older folder's copy was: an evaluation of their own folder asks here (data.held_out)
+        "kept_splits": [{"folder": p["folder"], "page": p["page"], "split": SplitRule.of(cfg).split_key(p["key"])}
+                        for p in merged.kept_splits],
         "config": {"target_count": cfg.target_count, "coords": cfg.coords, "seed": cfg.seed,
                    "min_pixels": cfg.vision.min_pixels, "max_pixels": cfg.vision.max_pixels,
                    "max_length": cfg.max_length, "tokenizer": cfg.tokenizer},
     }
+
+
+def _unknown_values(merged: Merged) -> dict[str, dict[str, int]]:
+    """The reader's counts of unknown values per level, summed over the folders."""
+    counts: dict[str, Counter] = {}
+    for levels in merged.loaded:
+        for lvl, ld in levels.items():
+            if ld.unknown_values:
+                counts.setdefault(lvl, Counter()).update(ld.unknown_values)
+    return {lvl: dict(c) for lvl, c in counts.items()}
 
 
 def _table(title: str, counts: dict) -> str:
@@ -290,6 +327,16 @@ def render_card(stats: dict) -> str:
         parts.append(_table(f"By {key}", stats["by"][key]))
     parts.append(_table("Answer groups by question type", stats["groups_by_question_type"]))
     parts.append(_table("Answer groups by label", stats["groups_by_label"]))
+    if stats.get("sources"):
+        parts += ["### Folders (oldest first)", "", "| folder | tag | weight | records |", "|---|---|---:|---:|"]
+        parts += [f"| {src['folder']} | {src['tag'] or ''} | {src['weight']:g} | {src['records']} |"
+                  for src in stats["sources"]]
+        parts.append("")
+    if stats.get("replaced_pages"):
+        parts += [f"### Pages taken from a newer folder ({len(stats['replaced_pages'])})", "",
+                  "| page | left out of | taken from |", "|---|---|---|"]
+        parts += [f"| {p['page']} | {p['folder']} | {p['by']} |" for p in stats["replaced_pages"]]
+        parts.append("")
     tok = stats["tokens"]
     kind = "exact (tokenizer " + str(c["tokenizer"]) + ")" if tok["exact"] else "ESTIMATED (no tokenizer given)"
     parts += [f"### Token lengths, {kind}", "", "| level | min | p50 | p90 | p99 | max | mean |",
@@ -357,6 +404,17 @@ def _with_image_files(split, name: str, out: Path):
     columns = split.column_names  # the build's order, which an export keeps
     return split.remove_columns("images").add_column("images", paths, feature=split.features["images"]).select_columns(
         columns)
+
+
+def kept_splits(out: str | Path, data: str | Path) -> dict[str, str]:
+    """The pages of folder `data` that a build of several folders split as an older folder's copy of them: page id
+    -> split (empty for a build of one folder, or one made before several)."""
+    try:
+        stats = json.loads((Path(out) / "stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    folder = str(Path(data).resolve())
+    return {p["page"]: p["split"] for p in stats.get("kept_splits") or [] if p.get("folder") == folder}
 
 
 def finished_build(out: str | Path):

@@ -64,4 +64,8 @@ class SplitRule:
         return group
 
     def split(self, record: Record) -> str:
-        return split_of(self.key(record), self.seed, self.validation_share, self.test_share)
+        return self.split_key(self.key(record))
+
+    def split_key(self, key: str) -> str:
+        """The split of a page or group by its key (SplitRule.key)."""
+        return split_of(key, self.seed, self.validation_share, self.test_share)

@@ -37,7 +37,7 @@ from gbtrain.cli import describe
 from gbtrain.config import option, require_model
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.data.annotations import annotations_sha256, image_root, load_level, write_level
-from gbtrain.data.sft_dataset import finished_build
+from gbtrain.data.sft_dataset import finished_build, kept_splits
 from gbtrain.data.splits import SplitRule
 from gbtrain.evaluation.engine import parse_settings
 from gbtrain.evaluation.run import EvalRun, check_run, evaluate_checkpoint
@@ -112,7 +112,8 @@ def split_records(data: str | Path, levels: list[str], split: str, dataset: str 
         raise FileNotFoundError(f"the run's training dataset {dataset} is gone: its build record gives the {split} "
                                 f"split; pass --split all to evaluate every record of a held-out --data")
     rule = SplitRule.of(finished_build(dataset))
-    chosen = {lvl: [r for r in recs if rule.split(r) == split] for lvl, recs in loaded.items()}
+    kept = kept_splits(dataset, data)  # pages split as an older folder's copy of them (a build of several folders)
+    chosen = {lvl: [r for r in recs if (kept.get(r.page_id) or rule.split(r)) == split] for lvl, recs in loaded.items()}
     for lvl, recs in chosen.items():
         if not recs:
             raise ValueError(f"{data}: no {lvl} record lies in the {split} split of {dataset} (seed {rule.seed}, "

@@ -300,3 +300,115 @@ def test_a_build_with_points_puts_scores_in_targets_and_full_scores_in_prompts(s
         items = json.loads(row["messages"][1]["content"])
         assert items and all(i["score"] == (2 if i["correctness"] else 0) for i in items)
         assert "Full scores:" in row["messages"][0]["content"] and ": 3 points" in row["messages"][0]["content"]
+
+
+# ------------------------------------------------------------------------------------------ several folders
+def _reviewed_folder(last_term, out, corrected_page: str):
+    """A folder as the review import writes one: last term's page `corrected_page` (its image, byte for byte)
+    under another name, with the teacher's correction (the first group's verdict flipped), and three pages of
+    another exam whose ids repeat last term's (p0001, ...) but whose images do not."""
+    import dataclasses
+
+    from gbtrain.data.annotations import load_dataset, load_level, write_level, write_manifest
+    from gbtrain.data.pages import PageOutput, question_records, write_page
+    from gbtrain.data.synth.generate import generate_dataset
+    from gbtrain.schema import RIGHT, WRONG
+    from gbtrain.vocabulary import L1, L2, L3
+
+    other = out.parent / "other"
+    generate_dataset(other, pages=3, seed=99, workers=1, progress=False)
+    original = next(r for r in load_level(last_term, L3).records if r.page_id == corrected_page)
+    first = original.groups[0].group_id
+    flip = {RIGHT: WRONG, WRONG: RIGHT}
+    marks = [dataclasses.replace(m, label=flip[m.label], raw_label=flip[m.label], score=None, full_score=None)
+             if m.mark_id == first and m.label in flip else m for m in original.marks]
+    corrected = dataclasses.replace(original, record_id="scan_0042", image="Mathematics/scan_0042.jpg", marks=marks)
+    image = (last_term / "images" / L3 / original.image).read_bytes()
+    l2, _ = question_records(corrected)
+    write_page(out, PageOutput("scan_0042", corrected.subject, image, corrected, l2, []))
+    levels = {L3: [corrected, *load_level(other, L3).records], L2: [*l2, *load_level(other, L2).records],
+              L1: load_level(other, L1).records}
+    for level in (L1, L2, L3):
+        shutil.copytree(other / "images" / level, out / "images" / level, dirs_exist_ok=True)
+    for level, records in levels.items():
+        write_level(out, level, records)
+    write_manifest(out, levels)
+    load_dataset(out)  # read back strictly
+    return original, corrected, first
+
+
+def test_several_folders_take_a_page_once_from_the_newest_in_its_old_split(synth_dir, tmp_path):
+    """Last term's twelve pages and a reviewed folder: the corrected page is taken once, from the reviewed folder,
+    with the teacher's verdict, in the split last term's copy had (not the one its new name hashes to); the other
+    exam's pages named like last term's stay pages of their own; the card, the stats and the evaluator's held-out
+    rule say so."""
+    from datasets import load_from_disk
+
+    from gbtrain.data.held_out import resolve_held_out
+    from gbtrain.data.splits import SplitRule
+
+    # the page whose split differs from the one its new name would give (so keeping it is seen)
+    rule = SplitRule(1, 0.2, 0.2)
+    page = next(p for p in (f"p{n:05d}" for n in range(12)) if rule.split_key(p) != rule.split_key("scan_0042"))
+    reviewed = tmp_path / "reviewed"
+    original, corrected, first = _reviewed_folder(synth_dir, reviewed, page)
+    out = tmp_path / "sft"
+    stats = build_sft_dataset(config(synth_dir, out, more_data=[str(reviewed)]), progress=False)
+    assert stats["replaced_pages"] == [{"page": page, "folder": str(synth_dir), "by": str(reviewed)}]
+    assert [s["tag"] for s in stats["sources"]] == [None, "1-reviewed"]
+    assert stats["kept_splits"] == [{"folder": str(reviewed.resolve()), "page": "scan_0042",
+                                     "split": rule.split_key(page)}]
+    dd = load_from_disk(str(out))
+    rows = [r for s in dd for r in dd[s]]
+    # last term's copy is gone, at every level (the other exam's page of the same name stays, under its folder's tag)
+    assert not [r for r in rows if r["page_id"] == page and not r["record_id"].startswith("1-reviewed/")]
+    mine = [r for r in rows if r["page_id"] == "scan_0042"]
+    assert mine and {r["split"] for r in mine} == {rule.split_key(page)} != {rule.split_key("scan_0042")}
+    l3 = next(r for r in mine if r["level"] == "L3" and r["turns"] == 1)
+    assert l3["record_id"] == "1-reviewed/scan_0042"
+    assert l3["images"] == ["images/1-reviewed/L3/Mathematics/scan_0042.jpg"]
+    target = {it["question_id"]: it["correctness"] for it in json.loads(l3["messages"][-1]["content"])}
+    assert target[first] is (original.groups[0].label != "right")  # the teacher's verdict
+    assert (out / l3["images"][0]).is_file()
+    # the other exam's pages, named p00000.. like last term's: pages of their own, beside last term's
+    ids = {r["record_id"] for r in rows if r["level"] == "L3"}
+    other = "p00001" if page != "p00001" else "p00002"
+    assert {other, f"1-reviewed/{other}"} <= ids
+    from gbtrain.data.annotations import load_dataset
+
+    assert stats["sources"][1]["records"] == sum(len(ld.records) for ld in load_dataset(reviewed).values())
+    card = (out / "card.md").read_text(encoding="utf-8")
+    assert "### Pages taken from a newer folder (1)" in card and f"| {page} | {synth_dir} | {reviewed} |" in card
+    # evaluating the reviewed folder with this build holds its corrected page out as the build did
+    held = resolve_held_out(reviewed, "auto", str(out), None)
+    assert held.data_is_source and held.split_of(corrected) == rule.split_key(page)
+
+
+def test_folder_weights_draw_the_reviewed_records_first(synth_dir, tmp_path):
+    reviewed = tmp_path / "reviewed"
+    _reviewed_folder(synth_dir, reviewed, "p00003")
+    kw = dict(target_count=8, validation_share=0, test_share=0, more_data=[str(reviewed)],
+              mix=MixConfig(levels={"L1": 0, "L2": 0, "L3": 1}, three_turn=0))
+    stats = build_sft_dataset(config(synth_dir, tmp_path / "weighted", data_weights=[1, 1e6], **kw), progress=False)
+    from datasets import load_from_disk
+
+    ids = [r["record_id"] for r in load_from_disk(str(tmp_path / "weighted"))["train"]]
+    assert stats["total"] == 8 and sum(i.startswith("1-reviewed/") for i in ids) == 8  # 4 pages x 2 modes
+    plain = build_sft_dataset(config(synth_dir, tmp_path / "plain", **kw), progress=False)
+    assert plain["total"] == 8
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"data_weights": [1]}, r"data_weights has 1 value\(s\) for 2 folder\(s\)"),
+    ({"data_weights": [1, 0]}, r"data_weights: 0 is not a finite number above 0"),
+    ({"more_data": "SAME"}, r"data folder \S+ is given twice"),
+    ({"more_data": "EMPTY"}, r"no L1/L2/L3 annotation files"),
+])
+def test_bad_folder_lists_are_refused(synth_dir, tmp_path, extra, message):
+    from gbtrain.data.annotations import AnnotationError
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "notes.txt").write_text("not a GradingBench folder")
+    more = {"SAME": [str(synth_dir)]}.get(extra.get("more_data"), [str(tmp_path / "x")])
+    with pytest.raises((ValueError, AnnotationError), match=message):
+        build_sft_dataset(config(synth_dir, tmp_path / "out", **{**extra, "more_data": more}), progress=False)

@@ -211,9 +211,9 @@ def test_label_studio_round_trip_reports_the_regrade_rate_and_builds(graded, tmp
     assert sorted(crops) == [f"{p}_q{q}" for p in ("a.png", "b.jpg") for q in (1, 2, 3)]
     assert crops["a.png_q1"].page_id == records["a.png"].page_id and crops["a.png_q1"].groups[0].label == "wrong"
     sft = tmp_path / "sft"
+    shares = {"L1": 0.5, "L2": 0.5 - 1 / 6, "L3": 1 / 6}
     stats = build_sft_dataset(BuildConfig(data=str(out), out=str(sft), target_count=12, validation_share=0,
-                                          test_share=0, mix=MixConfig(levels={"L1": 0.5, "L2": 0.5 - 1 / 6, "L3": 1 / 6},
-                                                                      three_turn=0)), progress=False)
+                                          test_share=0, mix=MixConfig(levels=shares, three_turn=0)), progress=False)
     assert stats["by"]["level"] == {"L1": 6, "L2": 4, "L3": 2}
     rows = [r for r in load_from_disk(str(sft))["train"] if r["record_id"] == "a.png"]
     target = json.loads(rows[0]["messages"][-1]["content"])
