@@ -3171,11 +3171,94 @@ def printed_id_cases() -> list[Case]:
               for name, page in (("zero", "0"), ("word", "two"), ("negative", "-1"), ("past-a-thousand", "1001")))]
 
 
+def stats_say(want: Callable[[dict], bool], what: str) -> Callable[[Env, str], str | None]:
+    """out/stats.json of a build satisfies `want` (`what` says what it should show)."""
+    def check(env: Env, _stdout: str) -> str | None:
+        path = env.box / "out" / "stats.json"
+        if not path.is_file():
+            return "out/stats.json was not written"
+        stats = json.loads(path.read_text(encoding="utf-8"))
+        shown = json.dumps({k: stats.get(k) for k in ("sources", "replaced_pages", "kept_splits")})[:400]
+        return None if want(stats) else f"stats.json does not show {what}: {shown}"
+    return check
+
+
+def renamed_page(name: str, new: str) -> Callable[[Env], None]:
+    """box/name's L3 page saved under another id and file name (its image byte for byte): the page a review import
+    writes of a scan graded again."""
+    def setup(env: Env) -> None:
+        path = env.box / name / "annotations" / "L3.json"
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        old = raw[0]["image"]
+        raw[0]["id"], raw[0]["image"] = new, f"{old.rsplit('/', 1)[0]}/{new}.jpg"
+        replace_file(path, json.dumps(raw, ensure_ascii=False))
+        images = env.box / name / "images" / "L3"
+        shutil.copyfile(images / old, images / raw[0]["image"])
+        (images / old).unlink()
+    return setup
+
+
+def other_pixels(name: str) -> Callable[[Env], None]:
+    """box/name's page images with other pixels (another student's page of the same exam, named alike)."""
+    def setup(env: Env) -> None:
+        from PIL import Image, ImageOps
+
+        for level in ("L2", "L3"):
+            for path in (env.box / name / "images" / level).rglob("*.jpg"):
+                with Image.open(path) as im:
+                    turned = ImageOps.invert(im.convert("RGB"))
+                path.unlink()
+                turned.save(path)
+    return setup
+
+
+def multi_source_cases() -> list[Case]:
+    """Several --data folders: the same pages in both, pages named alike that are not the same, the same page
+    renamed (so its own name would hash it to another split), and folder lists that cannot be built."""
+    both = ["--data", "{box}/newer"]
+    pages = {"L3": 1, "L2": 0, "L1": 0}
+    return [
+        Case("two-folders-same-pages", BUILD, build_args(*both, data="{box}/data"), code=0,
+             check=stats_say(lambda s: len(s["replaced_pages"]) == 1 and s["sources"][0]["records"] == 0,
+                             "the older copy replaced"),
+             setup=chain(data(pages), data(pages, name="newer"))),
+        Case("two-folders-conflicting-page-ids", BUILD, build_args(*both, data="{box}/data"), code=0,
+             check=stats_say(lambda s: not s["replaced_pages"] and [x["records"] for x in s["sources"]] == [1, 1],
+                             "both pages kept"),
+             setup=chain(data(pages), data(pages, name="newer"), other_pixels("newer"))),
+        Case("two-folders-page-in-two-splits", BUILD, build_args(*both, "test_share=0.5", "validation_share=0",
+                                                                   data="{box}/data"), code=0,
+             check=stats_say(lambda s: len(s["replaced_pages"]) == 1 and len(s["kept_splits"]) == 1,
+                             "the renamed page in its old split"),
+             setup=chain(data(pages), data(pages, name="newer"), renamed_page("newer", "scan_0042"))),
+        Case("more-data-not-a-gradingbench-folder", BUILD, build_args("--data", "{box}/notes", data="{box}/data"),
+             r"no L1/L2/L3 annotation files", setup=chain(data(pages), write("notes/readme.txt", "notes")),
+             outputs=()),
+        Case("more-data-missing", BUILD, build_args("--data", "{box}/nowhere", data="{box}/data"),
+             r"data directory not found: \S+nowhere", setup=data(pages), outputs=()),
+        Case("more-data-the-same-folder", BUILD, build_args("--data", "{box}/./data", data="{box}/data"),
+             r"data folder \S+ is given twice \(as \S+/data too\): name each folder once", setup=data(pages),
+             outputs=()),
+        *(Case(f"data-weights-{name}", BUILD, build_args(*both, f"data_weights={value}", data="{box}/data"), message,
+               setup=chain(data(pages), data(pages, name="newer")), outputs=())
+          for name, value, message in (
+              ("one-for-two", "[1]", r"data_weights has 1 value\(s\) for 2 folder\(s\)"),
+              ("zero", "[1,0]", r"data_weights: 0\.0 is not a finite number above 0"),
+              ("negative", "[1,-2]", r"data_weights: -2\.0 is not a finite number above 0"),
+              ("nan", "[1,.nan]", r"data_weights: nan is not a finite number above 0"),
+              ("a-word", "[1,two]", r"data_weights"))),
+        Case("more-data-inside-out", BUILD, build_args("--data", "{box}/out/newer", data="{box}/data"),
+             r"out \S+/out holds data \S+/out/newer: write", setup=chain(data(pages), data(pages, name="out/newer")),
+             outputs=()),
+    ]
+
+
 CASES = [*score_cases(), *agreement_cases(), *eval_cases(), *build_cases(), *train_cases(), *merge_cases(),
          *reliance_cases(), *compare_cases(), *synth_cases(), *tiny_cases(), *convert_cases(), *preview_cases(),
          *grade_cases(), *select_cases(), *review_cases(), *interval_cases(), *compare_outcome_cases(),
          *selective_cases(), *hub_cases(), *demo_cases(), *agreement_more_cases(), *points_in_annotation_cases(),
-         *alias_cases(), *key_id_cases(), *printed_id_cases()]
+         *alias_cases(), *key_id_cases(), *printed_id_cases(),
+         *multi_source_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint

@@ -111,10 +111,10 @@ def _check_config(cfg: BuildConfig) -> None:
 BUILD_FILES = ("build_config.yaml", "dataset_dict.json", "stats.json")  # any of them: a (maybe unfinished) build
 
 
-def _check_output_folder(out: Path, data_dir: Path) -> None:
-    """The build replaces OUT/images and the split folders: OUT must share no tree with its source, and hold
+def _check_output_folder(out: Path, folders: list[Path]) -> None:
+    """The build replaces OUT/images and the split folders: OUT must share no tree with its sources, and hold
     nothing but an earlier build (a folder of other work would get the build's files mixed in)."""
-    overlap = overlapping("out", out, {"data": data_dir})
+    overlap = [problem for folder in folders for problem in overlapping("out", out, {"data": folder})]
     if overlap:
         raise ValueError(f"{overlap[0]}: write the SFT set to a folder of its own")
     if out.is_dir() and any(out.iterdir()) and not any((out / f).exists() for f in BUILD_FILES):
@@ -210,8 +210,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     _check_config(cfg)
     sources = sources_of(cfg.data, list(cfg.more_data), list(cfg.data_weights))
     out = Path(cfg.out)
-    for source in sources:
-        _check_output_folder(out, source.folder)
+    _check_output_folder(out, [source.folder for source in sources])
     budget = cfg.vision
     family = family_of_model(cfg.tokenizer) if cfg.tokenizer else None
     if family is not None:  # image token counts (and qwen25 boxes) follow the model's token size
