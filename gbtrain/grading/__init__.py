@@ -2,8 +2,9 @@
 
 - ``pages``: the pages of a folder (images, every page of every PDF), found and decoded within a memory bound.
 - ``answer_key``: a teacher's answer key, the grading prompt it makes, and the question an item answers.
-- ``grades``: a page's reply read into graded items, its totals, and the page file that marks it done.
-- ``tables``: grades.csv, totals.csv and summary.json of a graded folder.
+- ``grades``: a page's reply read into graded items, its own counts, and the page file that marks it done.
+- ``documents``: an exam's pages as one document, its answer key counted once over them.
+- ``tables``: grades.csv, totals.csv, questions.csv, documents.csv, students.csv and summary.json of a graded folder.
 - ``threshold``: the review threshold in force (given, chosen from a checkpoint's validation table, or recorded).
 - ``grade``: one grading run (eval/grade_pages.py): its options, identity, batches and overlays.
 - ``review``: the review loop's shared parts: its options, the graded folder as it sees it, the teacher's view.
