@@ -30,7 +30,8 @@ def main() -> None:
         if run.action == "export":
             done = export_review(run)
             print(f"review of {done['pages']} pages, {done['items']} items ({done['not_shown']} without a box: in the "
-                  f"sheet only) written to {done['folder']}: review.csv, labelstudio_tasks.json, "
+                  f"sheet only) and {done['missing']} keyed questions found on no page (a row and a region each, "
+                  f"for the teacher to place) written to {done['folder']}: review.csv, labelstudio_tasks.json, "
                   f"labelstudio_config.xml, images/")
             return
         rep = import_review(run)

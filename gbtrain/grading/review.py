@@ -53,6 +53,8 @@ WRITTEN = ("images", "annotations", "manifest")  # what an import replaces in it
 # (https://labelstud.io/guide/storage.html#Local-storage): with the graded folder as that root, this names the images
 DEFAULT_IMAGE_URL = f"/data/local-files/?d={REVIEW}/{IMAGES}/"
 REGION_PREFIX = "item-"  # a prediction's region id: item-<n>, n the item's number on its page (as in grades.csv)
+MISSING_PREFIX = "missing-"  # a keyed question found on no page of the document: missing-<k>, placed to be moved
+MISSING = "missing"  # the sheet's model_correctness of such a question's row (its item number is empty)
 CHANGES = ("verdict", "points", "box", "transcription", "question_id", "added", "deleted")
 YES, NO = ("yes", "y", "true", "1", "x"), ("no", "n", "false", "0")
 NO_TYPE = "(not given)"
@@ -87,6 +89,7 @@ class GradedPage:
     record: dict
     review_id: str
     image: str
+    missing: list[dict] = field(default_factory=list)  # keyed questions its document lacks, to look for here
 
     @property
     def name(self) -> str:
@@ -98,13 +101,32 @@ class GradedPage:
         return [it for it in self.record["items"] if _area(it["box"])]
 
 
+def missing_item(page: GradedPage, k: int) -> dict:
+    """The k-th (0-based) keyed question the page's document lacks, as the review compares a teacher's grade with it:
+    the model's "item" of no box, no answer (unanswered) and, for a question graded in points, 0 points (what
+    grade_pages counted)."""
+    q = page.missing[k]
+    return {"index": None, "missing": k + 1, "question_id": q["question_id"], "box": None, "text": "", "answer": "",
+            "correctness": None, "score": 0 if q["full_score"] is not None else None, "score_problem": None,
+            "full_score": q["full_score"], "reference": q["reference"], "question_type": q["question_type"]}
+
+
+def placeholder_box(k: int) -> dict[str, float]:
+    """Where a Label Studio task puts the k-th (0-based) missing question's region, in percent of the page: a small
+    box in the top-left corner, one under the other, for the teacher to move onto the answer (or delete). The import
+    knows one left there."""
+    return {"x": 1.0, "y": 1.0 + 3.5 * (k % 25), "width": 12.0, "height": 3.0, "rotation": 0}
+
+
 def _area(box: list[float] | None) -> bool:
     return box is not None and Box(*box).area > 0
 
 
-def review_id(record: dict) -> str:
-    """What ties a review to the grades it was made from: the page's name and the model's items."""
-    content = json.dumps([record["page"], record["items"]], sort_keys=True, ensure_ascii=False)
+def review_id(record: dict, missing: list[dict] | None = None) -> str:
+    """What ties a review to the grades it was made from: the page's name, the model's items and the keyed
+    questions it is asked to look for (none: the id it had before documents)."""
+    content = json.dumps([record["page"], record["items"], *([missing] if missing else [])], sort_keys=True,
+                         ensure_ascii=False)
     return "r" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:16]  # "r": text in a sheet
 
 
@@ -121,16 +143,28 @@ def read_graded(graded: Path) -> tuple[dict, list[GradedPage]]:
         raise ValueError(f"--graded {graded}: not a grade_pages folder (no readable {RUN_RECORD} of grade_pages): "
                          f"pass the --out of eval/grade_pages.py")
     records = sorted((read_page_file(p) for p in (graded / RESULTS).glob("*.json")), key=lambda r: r["page"])
+    missing: dict[str, list[dict]] = {}
+    for q in _summary(graded).get("missing_questions") or []:  # a folder graded before documents has none
+        missing.setdefault(q["page"], []).append(q)
     pages = []
     for record in records:
         if record["status"] == "error":
             continue
         name = safe_name(record["page"])  # as the page file's name; an image keeps its suffix unless made safe
-        pages.append(GradedPage(record, review_id(record), name if name.lower().endswith(SHOWN_AS_IS) else
-                                name + ".png"))
+        pages.append(GradedPage(record, review_id(record, missing.get(record["page"], [])),
+                                name if name.lower().endswith(SHOWN_AS_IS) else name + ".png",
+                                missing.get(record["page"], [])))
     if not pages:
         raise ValueError(f"--graded {graded}: no graded page to review (run eval/grade_pages.py first)")
     return run, pages
+
+
+def _summary(graded: Path) -> dict:
+    try:
+        summary = read_json(graded / "summary.json")
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def page_image(run: dict, page: GradedPage) -> bytes:
@@ -217,3 +251,5 @@ class Review:
     pages: dict[str, GradedPage] = field(default_factory=dict)  # reviewed whole: written as annotations
     unreviewed_pages: int = 0
     foreign_tasks: int = 0  # Label Studio tasks the export did not make (a storage sync's), not annotated: skipped
+    placeholders_left: dict[str, list[str]] = field(default_factory=dict)  # page -> missing questions whose region
+    # a submitted task left where the export put it: not reviewed, and the page is not training data

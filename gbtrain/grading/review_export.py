@@ -15,6 +15,8 @@ from gbtrain.files import read_json, table_value, write_atomic
 from gbtrain.grading.review import (
     CONFIG,
     IMAGES,
+    MISSING,
+    MISSING_PREFIX,
     REGION_PREFIX,
     REVIEW,
     SHEET,
@@ -24,12 +26,14 @@ from gbtrain.grading.review import (
     model_points,
     model_verdict,
     page_image,
+    placeholder_box,
     read_graded,
     shown_question_id,
 )
 from gbtrain.outputs import REVIEW_RECORD, claim_output_folder
 from gbtrain.schema import (
     QUESTION_TYPES,
+    UNKNOWN,
     VERDICTS,
 )
 from gbtrain.text import csv_cell
@@ -42,6 +46,9 @@ TEACHER_COLUMNS = ("reviewed", "correctness", "score", "score_2", "arbitration",
 
 
 def sheet_rows(pages: list[GradedPage]) -> list[dict]:
+    """One row per item, then one per keyed question the page's document lacks (`model_correctness` missing, no
+    item number or box: the teacher gives its box and grade, or marks it reviewed where the student left no
+    answer)."""
     rows = []
     for page in pages:
         for it in page.record["items"]:
@@ -54,6 +61,9 @@ def sheet_rows(pages: list[GradedPage]) -> list[dict]:
                              it["text"] or "").strip() else "",
                          "model_score": it.get("score"), "full_score": it.get("full_score"),
                          "review_id": page.review_id})
+        rows += [{"page": page.name, "item": None, "question_id": q["question_id"],
+                  "question_type": q["question_type"], "text": "", "answer": "", "model_correctness": MISSING,
+                  "full_score": q["full_score"], "review_id": page.review_id} for q in page.missing]
     return rows
 
 
@@ -104,14 +114,28 @@ def _results(page: GradedPage, item: dict) -> list[dict]:
     x1, y1, x2, y2 = item["box"]
     geometry = {"x": 100 * x1 / w, "y": 100 * y1 / h, "width": 100 * (x2 - x1) / w, "height": 100 * (y2 - y1) / h,
                 "rotation": 0}
-    common = {"id": f"{REGION_PREFIX}{item['index'] + 1}", "to_name": "image", "original_width": w,
-              "original_height": h, "image_rotation": 0}
     controls = [("qid", "textarea", shown_question_id(item)),
                 ("hand", "textarea", item["text"] or None), ("std", "textarea", item.get("reference")),
                 ("score", "number", model_points(item)),
                 ("full_score", "number", item.get("full_score")), ("type", "choices", item.get("question_type"))]
+    return _region(page, f"{REGION_PREFIX}{item['index'] + 1}", geometry, model_verdict(item), controls)
+
+
+def _placeholder(page: GradedPage, k: int) -> list[dict]:
+    """The k-th (0-based) keyed question the page's document lacks, as a region labelled unknown in the page's
+    corner (review.placeholder_box) with its question id, reference, full score and type: the teacher moves it onto
+    the answer and grades it, labels it unanswered where the answer is blank, or deletes it."""
+    q = page.missing[k]
+    controls = [("qid", "textarea", q["question_id"]), ("std", "textarea", q["reference"]),
+                ("full_score", "number", q["full_score"]), ("type", "choices", q["question_type"])]
+    return _region(page, f"{MISSING_PREFIX}{k + 1}", placeholder_box(k), UNKNOWN, controls)
+
+
+def _region(page: GradedPage, region_id: str, geometry: dict, label: str, controls: list) -> list[dict]:
+    w, h = page.record["width"], page.record["height"]
+    common = {"id": region_id, "to_name": "image", "original_width": w, "original_height": h, "image_rotation": 0}
     results = [{**common, "type": "rectanglelabels", "from_name": "verdict",
-                "value": {**geometry, "rectanglelabels": [model_verdict(item)]}}]
+                "value": {**geometry, "rectanglelabels": [label]}}]
     for name, kind, value in controls:
         if value is not None:  # Label Studio writes no result for a control left empty
             key = {"textarea": "text", "number": "number", "choices": "choices"}[kind]
@@ -163,9 +187,12 @@ def export_review(run: ReviewRun) -> dict:
                  + "\n")
     model = Path(record["model"]).name or record["model"]
     tasks = [{"data": {"image": run.image_url + quote(page.image), "page": page.name, "review_id": page.review_id},
-              "predictions": [{"model_version": model, "result": [r for it in page.shown for r in _results(page, it)]}]}
+              "predictions": [{"model_version": model, "result": [
+                  *(r for it in page.shown for r in _results(page, it)),
+                  *(r for k in range(len(page.missing)) for r in _placeholder(page, k))]}]}
              for page in pages]
     write_atomic(folder / TASKS, json.dumps(tasks, ensure_ascii=False, indent=1) + "\n")
     write_atomic(folder / CONFIG, labeling_config())
-    return {"folder": str(folder), "pages": len(pages), "items": len(rows),
+    return {"folder": str(folder), "pages": len(pages), "items": len(rows) - sum(len(p.missing) for p in pages),
+            "missing": sum(len(p.missing) for p in pages),
             "not_shown": sum(len(p.record["items"]) - len(p.shown) for p in pages)}

@@ -28,6 +28,8 @@ from gbtrain.files import write_atomic
 from gbtrain.grading.review import (
     CONFIG,
     IMAGES,
+    MISSING,
+    MISSING_PREFIX,
     NO,
     REGION_PREFIX,
     REPORT,
@@ -40,8 +42,10 @@ from gbtrain.grading.review import (
     Review,
     Reviewed,
     ReviewRun,
+    missing_item,
     model_points,
     model_verdict,
+    placeholder_box,
     read_graded,
     shown_question_id,
 )
@@ -51,6 +55,7 @@ from gbtrain.outputs import REVIEW_RECORD, claim_output_folder, overlapping
 from gbtrain.schema import (
     QUESTION_TYPE_ALIASES,
     QUESTION_TYPES,
+    UNKNOWN,
     VERDICTS,
     Box,
     Mark,
@@ -216,18 +221,23 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         items = page.record["items"]
         number = (row.get("item") or "").strip()
         item = items[int(number) - 1] if number.isdigit() and 1 <= int(number) <= len(items) else None
+        if item is None and not number:
+            item = _missing_row(row, page, where)
         if item is None:
             raise ValueError(f"{where}: item {row.get('item')!r:.20} is not an item of page {page.name} (1-"
                              f"{len(items)}): keep the sheet's page, item and review_id columns as exported")
-        where = f"{where} (page {page.name}, item {item['index'] + 1})"
-        key = (page.review_id, item["index"])
+        where = f"{where} (page {page.name}, " + (f"item {item['index'] + 1})" if item["index"] is not None else
+                                                  f"missing question {item['question_id']})")
+        key = (page.review_id, item["index"] if item["index"] is not None else f"missing{item['missing']}")
         if key in seen:
             raise ValueError(f"{where}: the item is on line {seen[key]} too: keep one row per item")
         seen[key] = n
         said = (row.get("reviewed") or "").strip().lower()
         if said and said not in YES + NO:
             raise ValueError(f"{where}: reviewed {said!r:.20} is neither yes nor no: write yes, or leave it empty")
-        edits = sheet_edits(row, item, page, where)
+        edits = sheet_edits(row, item, page, where) if item["index"] is not None else [
+            *(["text"] if (row.get("text") or "").strip() else []),
+            *(["box"] if any((row.get(c) or "").strip() for c in BOX_COLUMNS) else [])]
         corrected = [c for c in TEACHER_COLUMNS[1:] if (row.get(c) or "").strip()] + edits
         if said in NO and corrected:
             raise ValueError(f"{where}: reviewed says {said!r:.10} but the row holds a correction "
@@ -236,12 +246,29 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
             review.unreviewed += 1
             continue
         done[page.review_id] += 1
+        if item["index"] is None and edits and not (row.get("correctness") or "").strip():
+            raise ValueError(f"{where}: a box or transcription for a question the model did not find, without its "
+                             f"correctness: write right, wrong, half_right or unanswered under correctness")
         teacher = sheet_grade(row, item, page, where, edits)
         review.items.append(Reviewed(page.name, item, teacher, (row.get("reason") or "").strip() or None))
-    review.unreviewed += sum(len(p.record["items"]) for p in pages) - len(seen)
-    review.pages = {p.name: p for p in pages if p.record["items"] and done[p.review_id] == len(p.record["items"])}
-    review.unreviewed_pages = sum(done[p.review_id] < len(p.record["items"]) for p in pages)
+    rows_of = {p.review_id: len(p.record["items"]) + len(p.missing) for p in pages}
+    review.unreviewed += sum(rows_of.values()) - len(seen)
+    review.pages = {p.name: p for p in pages if rows_of[p.review_id] and done[p.review_id] == rows_of[p.review_id]}
+    review.unreviewed_pages = sum(done[p.review_id] < rows_of[p.review_id] for p in pages)
     return review
+
+
+def _missing_row(row: dict, page: GradedPage, where: str) -> dict | None:
+    """The keyed question a row without an item number stands for (the export's rows of questions the model found
+    on no page of the document), by its question id as exported; None when the row is no such row."""
+    if (row.get("model_correctness") or "").strip() != MISSING:
+        return None
+    qid = _cell_text(row.get("question_id")).strip()
+    k = next((k for k, q in enumerate(page.missing) if q["question_id"] == qid), None)
+    if k is None:
+        raise ValueError(f"{where}: question {qid!r:.40} is not one the page {page.name} was asked to look for: keep "
+                         f"a missing question's question_id as exported")
+    return missing_item(page, k)
 
 
 def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou: float) -> Review:
@@ -268,11 +295,17 @@ def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou:
         seen[page.review_id] = str(task.get("id", f"#{i}"))
         review.not_shown += len(page.record["items"]) - len(page.shown)
         if not submitted(task):
-            review.unreviewed += len(page.shown)
+            review.unreviewed += len(page.shown) + len(page.missing)
             continue
-        review.items += _matched(page, _regions(path, task, i, page), box_iou)
+        matched = _matched(page, _regions(path, task, i, page), box_iou)
+        left = [r for r in matched if r.model is not None and r.model.get("missing") and r.teacher is not None
+                and _left_as_exported(r.teacher, page, r.model["missing"] - 1)]
+        if left:  # a submitted task says nothing of those questions: the page may lack their answers
+            review.placeholders_left[page.name] = [r.model["question_id"] for r in left]
+            review.unreviewed += len(left)
+        review.items += [r for r in matched if r not in left]
         review.pages[page.name] = page
-    review.unreviewed += sum(len(p.shown) for p in pages if p.review_id not in seen)
+    review.unreviewed += sum(len(p.shown) + len(p.missing) for p in pages if p.review_id not in seen)
     review.not_shown += sum(len(p.record["items"]) - len(p.shown) for p in pages if p.review_id not in seen)
     review.unreviewed_pages = len(pages) - len(review.pages)
     return review
@@ -301,6 +334,11 @@ def _regions(path: Path, task: dict, index: int, page: GradedPage) -> list[tuple
             raise ValueError(f"{where}: {problem}: set it in Label Studio and export again")
         text = a.get("hand", "")
         blank = blank_answer_problem(text, verdict) if box.area > 0 else None
+        rid = item.region_id or ""
+        if blank and rid.startswith(MISSING_PREFIX) and rid[len(MISSING_PREFIX):].isdigit() and _left_as_exported(
+                Graded([round(v, 1) for v in box.as_list()], verdict, None, None, text, None, None), page,
+                int(rid[len(MISSING_PREFIX):]) - 1):
+            blank = None  # a missing question's region nobody touched: counted as not reviewed, not refused
         if blank:
             raise ValueError(f"{where}: no transcription; {blank}: write the transcription, or label the box "
                              f"unanswered, in Label Studio and export again")
@@ -341,8 +379,23 @@ def second_scores(path: Path, task: dict, index: int) -> dict[str, float]:
     return scores
 
 
+def _left_as_exported(teacher: Graded, page: GradedPage, k: int) -> bool:
+    """Whether a missing question's region (review.placeholder_box) is where the export put it, still unknown and
+    with no transcription: nobody looked for that question on the page."""
+    if teacher.verdict != UNKNOWN or teacher.text.strip() or teacher.box is None:
+        return False
+    w, h = page.record["width"], page.record["height"]
+    g = placeholder_box(k)
+    exported = [g["x"] * w / 100, g["y"] * h / 100, (g["x"] + g["width"]) * w / 100,
+                (g["y"] + g["height"]) * h / 100]
+    return all(abs(a - b) <= 1 for a, b in zip(teacher.box, exported, strict=True))
+
+
 def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | None]], box_iou: float) -> list[Reviewed]:
+    """The task's regions paired with the model's items: by region id (the prediction's, kept), else by the best
+    box IoU; a keyed question the model missed (review.missing_item) pairs with its placeholder region only."""
     items = {f"{REGION_PREFIX}{it['index'] + 1}": it for it in page.shown}
+    items |= {f"{MISSING_PREFIX}{k + 1}": missing_item(page, k) for k in range(len(page.missing))}
     pairs: list[Reviewed] = []
     left = []
     for rid, teacher, reason in regions:
@@ -352,7 +405,7 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
         else:
             left.append((teacher, reason))
     scored = sorted(((Box(*t.box).iou(Box(*m["box"])), k, rid) for k, (t, _) in enumerate(left) if t.box
-                     for rid, m in items.items()), reverse=True)
+                     for rid, m in items.items() if m["box"] is not None), reverse=True)
     taken: set[int] = set()
     for iou, k, rid in scored:
         if iou >= box_iou and k not in taken and rid in items:
@@ -364,7 +417,9 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
         if r.model is not None and r.teacher is not None:
             if not r.model["question_id"] and r.teacher.question_id == shown_question_id(r.model):
                 r.teacher = dataclasses.replace(r.teacher, question_id=None)  # the export's placeholder, kept
-            key_full_score(r.model, r.teacher.full_score, f"page {page.name}, item {r.model['index'] + 1}")
+            key_full_score(r.model, r.teacher.full_score, f"page {page.name}, " + (
+                f"item {r.model['index'] + 1}" if r.model["index"] is not None else
+                f"missing question {r.model['question_id']}"))
     return pairs
 
 
@@ -422,6 +477,10 @@ def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict:
     left_out = []
     for name, page in review.pages.items():
         marks, problem = page_marks(by_page.get(name, []))
+        if not problem and name in review.placeholders_left:
+            problem = (f"question(s) {', '.join(review.placeholders_left[name])} found on no page by the model were "
+                       f"left where the export put them: move each onto its answer and grade it, or delete it "
+                       f"where the page holds none")
         if problem:
             left_out.append({"page": name, "why": problem})
             continue

@@ -17,9 +17,13 @@ from gbtrain.text import markdown_text
 
 
 def changes(r: Reviewed, box_iou: float) -> list[str]:
-    """What the teacher changed of one item (CHANGES; none: the model's grade stands)."""
+    """What the teacher changed of one item (CHANGES; none: the model's grade stands). A keyed question the model
+    found on no page (review.missing_item) is added where the teacher gives it a box, and stands otherwise (the
+    teacher found no answer to it there)."""
     if r.model is None:
         return ["added"]
+    if r.model.get("missing"):
+        return ["added"] if r.teacher is not None and r.teacher.box is not None else []
     if r.teacher is None:
         return ["deleted"]
     m, t = r.model, r.teacher
@@ -77,7 +81,8 @@ def report(review: Review, graded: Path, reviewed_file: Path, box_iou: float) ->
         "by_question_type": {t: {"reviewed": len(rs), "changed": sum(bool(r.changes) for r in rs),
                                  "regrade_rate": _rate(sum(bool(r.changes) for r in rs), len(rs)),
                                  "errors": direction(rs)} for t, rs in sorted(types.items())},
-        "changed_items": [{"page": r.page, "item": None if r.model is None else r.model["index"] + 1,
+        "changed_items": [{"page": r.page, "item": None if r.model is None or r.model["index"] is None else
+                           r.model["index"] + 1,
                            "question_id": (r.teacher.question_id if r.teacher else None) or (r.model or {}).get(
                                "question_id"),
                            "changes": r.changes, "model": _model_view(r.model), "teacher": _teacher_view(r.teacher),

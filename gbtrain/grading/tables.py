@@ -59,6 +59,16 @@ def _document_row(records: list[dict], page_rows: list[dict], questions: list[di
     return row
 
 
+def _missing(row: dict, records: list[dict], key: AnswerKey) -> dict:
+    """A keyed question found on no page of its document, and the page a teacher is asked to look for it on: the
+    page the key states, where the document has it, else the document's first (pages graded with an error aside)."""
+    q = next(q for q in key if q.qid == row["question_id"])
+    shown = [r for r in records if r["status"] != "error"] or records  # a page graded with an error is not reviewed
+    page = next((r for r in shown if q.page is not None and r["document_page"] == q.page), shown[0])
+    return {"document": page["document"], "question_id": q.qid, "page": page["page"], "full_score": q.full_score,
+            "reference": q.answer, "question_type": q.question_type}
+
+
 def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity: dict,
                  threshold: dict | None = None, students: dict[str, str] | None = None,
                  key: AnswerKey | None = None) -> dict:
@@ -98,12 +108,15 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
                                                                        for k, v in per_student.items()])
     else:  # an earlier run's, made with students this run was not given: it would not match the other tables
         (out / "students.csv").unlink(missing_ok=True)
+    missing = [_missing(q, by_document[d], key) for d, rows in questions.items() for q in rows
+               if q["status"] == "missing"]
     items = [it for r in records for it in r["items"]]
     unkeyed = Counter(it.get("printed_id") or "(none)" for it in items if key and not it.get("matched_by"))
     summary = {"run": identity, "pages": len(records), **{k: _sum(list(per_document.values()), k) for k in COUNTS},
                "review_threshold": threshold, "without_confidence": sum(it.get("confidence") is None for it in items),
                "errors": sum(t["status"] == "error" for t in per_page), "unreadable": unreadable,
-               "unkeyed_ids": dict(unkeyed.most_common()), "per_document": per_document, "per_student": per_student,
+               "unkeyed_ids": dict(unkeyed.most_common()), "missing_questions": missing,
+               "per_document": per_document, "per_student": per_student,
                "per_page": per_page}
     write_atomic(out / "summary.json", json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return summary

@@ -334,14 +334,16 @@ def test_a_review_accepted_as_the_model_left_it_imports_and_placeholders_never_t
                                                                                       tool):
     """Every task submitted unchanged (every sheet row marked reviewed): a blank answer the model left blank imports
     as unanswered, unchanged; a page whose answer has no question id (the model named none, the teacher gave none)
-    is reviewed and counted, but left out of the training data, named with why, rather than trained on `item2`."""
+    is reviewed and counted, but left out of the training data, named with why, rather than trained on `item2`.
+    Page b's document lacks question 3: the sheet's row for it marked reviewed says the student left no answer
+    there; the Label Studio region for it left where the export put it is counted as not reviewed."""
     monkeypatch.setattr(grade_run, "open_backend", lambda run, plan: (BlankBackend(budget), None))
     pages = tmp_path / "pages"
     pages.mkdir()
     Image.new("RGB", (400, 560), "white").save(pages / "a.png")
     Image.new("RGB", (420, 600), "white").save(pages / "b.jpg")
     key = tmp_path / "key.yaml"
-    key.write_text(KEY, encoding="utf-8")
+    key.write_text('1: {answer: "12", full_score: 2}\n3: "7"\n', encoding="utf-8")
     graded = tmp_path / "graded"
     grade_pages(GradeRun("canned", str(pages), str(graded), answer_key=str(key), backend="openai", coords="qwen25",
                          min_pixels=budget.min_pixels, max_pixels=budget.max_pixels), progress=False)
@@ -349,15 +351,18 @@ def test_a_review_accepted_as_the_model_left_it_imports_and_placeholders_never_t
     review = graded / "review"
     if tool == "labelstudio":
         tasks = json.loads((review / "labelstudio_tasks.json").read_text(encoding="utf-8"))
-        labels = [[r["value"]["rectanglelabels"] for r in t["predictions"][0]["result"]
+        labels = [[(r["id"], r["value"]["rectanglelabels"]) for r in t["predictions"][0]["result"]
                    if r["type"] == "rectanglelabels"] for t in tasks]
-        assert labels == [[["right"], ["unanswered"]], [["right"], ["wrong"]]]
+        assert labels == [[("item-1", ["right"]), ("item-2", ["unanswered"])],
+                          [("item-1", ["right"]), ("item-2", ["wrong"]), ("missing-1", ["unknown"])]]
         reviewed = tmp_path / "export.json"
         reviewed.write_text(json.dumps(teacher_export(tasks, lambda n, results: results)), encoding="utf-8")
     else:
         with open(review / "review.csv", encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
-        assert [r["model_correctness"] for r in rows] == ["right", "unanswered", "right", "wrong"]
+        assert [(r["item"], r["question_id"], r["model_correctness"]) for r in rows] == [
+            ("1", "1", "right"), ("2", "3", "unanswered"), ("1", "1", "right"), ("2", "", "wrong"),
+            ("", "3", "missing")]
         for r in rows:
             r["reviewed"] = "yes"
         reviewed = tmp_path / "reviewed.csv"
@@ -367,7 +372,8 @@ def test_a_review_accepted_as_the_model_left_it_imports_and_placeholders_never_t
             w.writerows(rows)
     out = tmp_path / "imported"
     rep = _import(graded, reviewed, out)
-    assert rep["reviewed"] == 4 and rep["changed"] == 0 and rep["regrade_rate"] == 0
+    assert (rep["reviewed"], rep["unreviewed"]) == ((4, 1) if tool == "labelstudio" else (5, 0))
+    assert rep["changed"] == 0 and rep["regrade_rate"] == 0
     assert rep["written"]["left_out"] == [{"page": "b.jpg", "why": "item 2 has no question id: give it one in the "
                                                                    "review (the question it answers)"}]
     (record,) = load_level(out, "L3").records
@@ -521,9 +527,73 @@ def test_scores_that_are_no_grade_are_not_taken_as_the_teachers(tmp_path, budget
         w.writeheader()
         w.writerows(rows)
     rep = _import(graded, reviewed, tmp_path / "imported")
-    assert rep["reviewed"] == 6 and rep["changed"] == 0 and rep["regrade_rate"] == 0
+    # 6 items and, on each page, question 2 (its row of a question the model did not find, confirmed unanswered)
+    assert rep["reviewed"] == 9 and rep["changed"] == 0 and rep["regrade_rate"] == 0
     records = load_level(tmp_path / "imported", "L3").records
     assert len(records) == 3 and all(g.score is None and g.full_score is None for r in records for g in r.groups)
+
+
+@pytest.mark.parametrize("tool", ["labelstudio", "sheet"])
+def test_a_question_the_model_found_on_no_page_reaches_the_teacher(tmp_path, budget, monkeypatch, tool):
+    """The model answers questions 1 and 3 of a three-question key: question 2 is missing on every page, so every
+    page's review has a region (Label Studio, in the page's corner) and a row (the sheet) for it. On page a the
+    teacher finds it and grades it (added, trained on as question 2); on b says the page holds none (deletes the
+    region, or marks the row reviewed); on c leaves it as exported (not reviewed: c is not training data)."""
+    graded = grade(tmp_path, budget, monkeypatch, items=(("1", (0.1, 0.1, 0.4, 0.2), True, 2),
+                                                         ("3", (0.5, 0.7, 0.9, 0.85), True, None)))
+    done = export_review(ReviewRun("export", str(graded)))
+    assert (done["items"], done["missing"]) == (6, 3)
+    review = graded / "review"
+    found = (40.0, 300.0, 200.0, 340.0)  # where the teacher finds question 2 on page a (400 x 560)
+    if tool == "labelstudio":
+        tasks = json.loads((review / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+        placeholder = [r for r in tasks[0]["predictions"][0]["result"] if r["id"] == "missing-1"]
+        assert {r["from_name"]: r["value"].get("text", r["value"].get("number")) for r in placeholder} == {
+            "verdict": None, "qid": ["2"], "std": ["x = 3"], "full_score": 4, "type": None}
+
+        def edit(n, results):
+            if n == 0:
+                for r in results:
+                    if r["id"] == "missing-1":
+                        r["value"] |= {"x": 10.0, "y": 300 / 5.6, "width": 40.0, "height": 40 / 5.6}
+                _set(results, "missing-1", "rectanglelabels", ("verdict", "wrong"))
+                _set(results, "missing-1", "textarea", ("hand", "x = 4"))
+                _set(results, "missing-1", "number", ("score", 1))
+            elif n == 1:
+                results = [r for r in results if r["id"] != "missing-1"]
+            return results
+
+        reviewed = tmp_path / "export.json"
+        reviewed.write_text(json.dumps(teacher_export(tasks, edit)), encoding="utf-8")
+    else:
+        with open(review / "review.csv", encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert [(r["page"], r["item"], r["question_id"], r["model_correctness"], r["full_score"]) for r in rows
+                if r["model_correctness"] == "missing"] == [(p, "", "2", "missing", "4")
+                                                          for p in ("a.png", "b.jpg", "c.pdf-p1")]
+        for r in rows:
+            if r["page"] != "c.pdf-p1" or r["item"]:
+                r["reviewed"] = "yes"
+            if (r["page"], r["model_correctness"]) == ("a.png", "missing"):
+                r.update(dict(zip(("x1", "y1", "x2", "y2"), map(str, found), strict=True)), correctness="wrong",
+                         text="x = 4", score="1")
+        reviewed = tmp_path / "reviewed.csv"
+        _write_sheet(reviewed, rows)
+    out = tmp_path / "imported"
+    rep = _import(graded, reviewed, out)
+    assert rep["changes"]["added"] == 1 and rep["changed"] == 1 and rep["unreviewed"] == 1
+    assert rep["errors"]["points"]["costs_marks"] == {"n": 1, "points": 1}  # the model's 0 for a 1-point answer
+    records = {r.record_id: r for r in load_level(out, "L3").records}
+    assert sorted(records) == ["a.png", "b.jpg"]
+    added = {g.group_id: g for g in records["a.png"].groups}["2"]
+    assert (added.label, added.hand, added.score, added.full_score) == ("wrong", "x = 4", 1, 4)
+    assert [b for b in (added.box.x1, added.box.y1, added.box.x2, added.box.y2)] == pytest.approx(found, abs=0.5)
+    assert sorted(g.group_id for g in records["b.jpg"].groups) == ["1", "3"]
+    if tool == "labelstudio":
+        assert rep["written"]["left_out"][0]["page"] == "c.pdf-p1" and "left where the export put them" in rep[
+            "written"]["left_out"][0]["why"]
+    else:
+        assert rep["pages"] == {"reviewed": 2, "unreviewed": 1}
 
 
 def test_command_line_and_refusals(graded, tmp_path):
