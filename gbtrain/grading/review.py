@@ -31,6 +31,7 @@ from pathlib import Path
 from PIL import Image
 
 from gbtrain.config import option
+from gbtrain.data.converters.labelstudio import TEACHER_RULES
 from gbtrain.files import read_json
 from gbtrain.grading.grades import RESULTS, read_page_file
 from gbtrain.grading.pages import Page, load_page
@@ -80,6 +81,11 @@ class ReviewRun:
     box_iou: float = option(0.5, "import: a teacher's box matches the model's (and has not moved) at this IoU or "
                                  "more")
     subject: str = option("Other", "import: the subject written into the reviewed pages' annotations")
+    teachers: str = option("ground-truth", "import, a Label Studio task two teachers annotated: whose grade counts: "
+                                           "ground-truth (the annotation marked ground truth, else the first "
+                                           "submitted), first, last, or agreement (the first's, and a page where "
+                                           "they differ is not written as data); the other's points are score_2 and "
+                                           "every difference is listed in the report", choices=TEACHER_RULES)
 
 
 @dataclass
@@ -251,5 +257,7 @@ class Review:
     pages: dict[str, GradedPage] = field(default_factory=dict)  # reviewed whole: written as annotations
     unreviewed_pages: int = 0
     foreign_tasks: int = 0  # Label Studio tasks the export did not make (a storage sync's), not annotated: skipped
+    teachers: dict = field(default_factory=dict)  # the two-teacher rule, tasks with two, whose grade counted
+    disagreements: list[dict] = field(default_factory=list)  # where two teachers' annotations of a task differ
     placeholders_left: dict[str, list[str]] = field(default_factory=dict)  # page -> missing questions whose region
     # a submitted task left where the export put it: not reviewed, and the page is not training data

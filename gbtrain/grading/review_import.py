@@ -21,7 +21,13 @@ from gbtrain.data.annotations import (
     write_level,
     write_manifest,
 )
-from gbtrain.data.converters.labelstudio import chosen_annotation, read_task, read_tasks, submitted
+from gbtrain.data.converters.labelstudio import (
+    counted_annotation,
+    read_task,
+    read_tasks,
+    submitted,
+    teacher_of,
+)
 from gbtrain.data.converters.sources import rectangle
 from gbtrain.data.pages import Crop, PageOutput, question_records, write_page
 from gbtrain.files import write_atomic
@@ -112,6 +118,9 @@ def _sheet_dialect(text: str, path: Path) -> str:
     for delimiter in (",", ";", "\t"):  # a spreadsheet saved in a locale whose list separator is not a comma
         if all(c in next(csv.reader([head], delimiter=delimiter)) for c in ("item", "review_id", *TEACHER_COLUMNS)):
             return delimiter
+    if all(column in head for column in ("annotation_id", "annotator", "lead_time")):  # Label Studio's CSV columns
+        raise ValueError(f"--reviewed {path}: a Label Studio CSV export, which keeps no region's own values: export "
+                         f"the project as Label Studio's \"JSON\" and import that")
     raise ValueError(f"--reviewed {path}: not a review sheet (its header lacks item, review_id, "
                      f"{', '.join(TEACHER_COLUMNS)}): pass the review.csv that eval/review.py export wrote, or a "
                      f"Label Studio JSON export")
@@ -271,12 +280,13 @@ def _missing_row(row: dict, page: GradedPage, where: str) -> dict | None:
     return missing_item(page, k)
 
 
-def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou: float) -> Review:
+def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou: float,
+                     rule: str = "ground-truth") -> Review:
     """The Label Studio JSON export of the review tasks. A task without a submitted annotation (none, or all
     cancelled) is unreviewed; in a reviewed one each region is matched to the model's item by its region id (the
     prediction's region, kept), else by the best box IoU of at least box_iou; a region left over was added, an item
     left over was deleted."""
-    review = Review("labelstudio")
+    review = Review("labelstudio", teachers={"rule": rule, "tasks_with_two": 0, "counted": Counter()})
     seen: dict[str, str] = {}
     for i, task in enumerate(read_tasks(path)):
         where = f"{path} task {task.get('id', f'#{i}')}"
@@ -297,7 +307,7 @@ def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou:
         if not submitted(task):
             review.unreviewed += len(page.shown) + len(page.missing)
             continue
-        matched = _matched(page, _regions(path, task, i, page), box_iou)
+        matched = _matched(page, _regions(path, task, i, page, rule, box_iou, review), box_iou)
         left = [r for r in matched if r.model is not None and r.model.get("missing") and r.teacher is not None
                 and _left_as_exported(r.teacher, page, r.model["missing"] - 1)]
         if left:  # a submitted task says nothing of those questions: the page may lack their answers
@@ -311,72 +321,129 @@ def read_labelstudio(path: Path, pages: list[GradedPage], graded: Path, box_iou:
     return review
 
 
-def _regions(path: Path, task: dict, index: int, page: GradedPage) -> list[tuple[str | None, Graded, str | None]]:
-    """The regions of a task's submitted annotation as (region id, the teacher's item, reason); a second teacher's
-    annotation of the task gives score_2 of the regions both have (chosen_annotation's teacher is the first)."""
-    source = read_task(path, task, index, "image")
-    second = second_scores(path, task, index)
-    regions = []
-    for item in source.items:
-        where = f"{path} {item.where}"
-        if item.points is None:
-            raise ValueError(f"{where}: {item.problem}: fix it in Label Studio and export again")
-        verdict = verdict_of(item.label)
-        if verdict is None:
-            raise ValueError(f"{where}: label {item.label!r:.40} is not a verdict ({', '.join(VERDICTS)}): set up the "
-                             f"project with {REVIEW}/{CONFIG}")
-        w, h = page.record["width"], page.record["height"]
-        box = Box.enclosing(item.points).clip(w, h)
-        a = item.attributes
-        full, score = _number(a.get("full_score"), where, "full_score"), _number(a.get("score"), where, "score")
-        problem = points_problem(full, score, None) if score is not None else None  # no score: right / wrong only
-        if problem:
-            raise ValueError(f"{where}: {problem}: set it in Label Studio and export again")
-        text = a.get("hand", "")
-        blank = blank_answer_problem(text, verdict) if box.area > 0 else None
-        rid = item.region_id or ""
-        if blank and rid.startswith(MISSING_PREFIX) and rid[len(MISSING_PREFIX):].isdigit() and _left_as_exported(
-                Graded([round(v, 1) for v in box.as_list()], verdict, None, None, text, None, None), page,
-                int(rid[len(MISSING_PREFIX):]) - 1):
-            blank = None  # a missing question's region nobody touched: counted as not reviewed, not refused
-        if blank:
-            raise ValueError(f"{where}: no transcription; {blank}: write the transcription, or label the box "
-                             f"unanswered, in Label Studio and export again")
-        score_2 = second.pop(item.region_id, None)
-        if score_2 is not None and score is None:
-            raise ValueError(f"{where}: the second teacher gave {score_2:g} points where the first gave none: give "
-                             f"the first teacher's score too, in Label Studio, and export again")
-        problem = points_problem(full, score, score_2) if score_2 is not None else None
-        if problem:
-            raise ValueError(f"{where}: {problem} (the second teacher's score)")
-        graded = Graded([round(v, 1) for v in box.as_list()] if box.area > 0 else None, verdict, score, full, text,
-                        (a.get("qid") or "").strip() or None, _question_type(a.get("type"), where),
-                        (a.get("std") or "").strip() or None, score_2, (a.get("arbitration") or "").strip() or None)
-        regions.append((item.region_id, graded, (a.get("reason") or "").strip() or None))
-    if second:
-        raise ValueError(f"{path} task {task.get('id', f'#{index}')}: the second teacher scored region(s) "
-                         f"{', '.join(sorted(second))[:80]} that the first teacher's annotation does not have: score "
-                         f"the same regions (both start from the model's predictions)")
-    return regions
+def _graded(item, page: GradedPage, where: str) -> tuple[Graded, str | None]:
+    """One region of a teacher's annotation as the teacher left it, and their reason; what cannot be a grade (no
+    shape, a label that is no verdict, points outside the full score, a blank answer not labelled unanswered) is an
+    error naming it. A missing question's region left where the export put it is taken as it is (not reviewed)."""
+    if item.points is None:
+        raise ValueError(f"{where}: {item.problem}: fix it in Label Studio and export again")
+    verdict = verdict_of(item.label)
+    if verdict is None:
+        raise ValueError(f"{where}: label {item.label!r:.40} is not a verdict ({', '.join(VERDICTS)}): set up the "
+                         f"project with {REVIEW}/{CONFIG}")
+    w, h = page.record["width"], page.record["height"]
+    box = Box.enclosing(item.points).clip(w, h)
+    a = item.attributes
+    full, score = _number(a.get("full_score"), where, "full_score"), _number(a.get("score"), where, "score")
+    problem = points_problem(full, score, None) if score is not None else None  # no score: right / wrong only
+    if problem:
+        raise ValueError(f"{where}: {problem}: set it in Label Studio and export again")
+    text = a.get("hand", "")
+    graded = Graded([round(v, 1) for v in box.as_list()] if box.area > 0 else None, verdict, score, full, text,
+                    (a.get("qid") or "").strip() or None, _question_type(a.get("type"), where),
+                    (a.get("std") or "").strip() or None, None, (a.get("arbitration") or "").strip() or None)
+    blank = blank_answer_problem(text, verdict) if box.area > 0 else None
+    if blank and not _placeholder_left(item.region_id, graded, page):
+        raise ValueError(f"{where}: no transcription; {blank}: write the transcription, or label the box "
+                         f"unanswered, in Label Studio and export again")
+    return graded, (a.get("reason") or "").strip() or None
 
 
-def second_scores(path: Path, task: dict, index: int) -> dict[str, float]:
-    """A second teacher's points by region id: those of the task's other submitted annotation (none: {}); a third
-    is refused, as the annotations keep two teachers (score, score_2) and how they were settled (arbitration)."""
-    first = chosen_annotation(task)
-    others = [a for a in submitted(task) if a is not first]
+def _placeholder_left(region_id: str | None, graded: Graded, page: GradedPage) -> bool:
+    """Whether a region is a missing question's placeholder that nobody touched (_left_as_exported)."""
+    rid = region_id or ""
+    number = rid[len(MISSING_PREFIX):]
+    return rid.startswith(MISSING_PREFIX) and number.isdigit() and 1 <= int(number) <= len(page.missing) and \
+        _left_as_exported(graded, page, int(number) - 1)
+
+
+def _regions(path: Path, task: dict, index: int, page: GradedPage, rule: str, box_iou: float,
+             review: Review) -> list[tuple[str | None, Graded, str | None]]:
+    """The regions of the task's counted annotation (labelstudio.counted_annotation under `rule`) as (region id,
+    the teacher's item, reason). Where a second teacher annotated the task too, each of their regions is paired
+    with the counted one of its id, else of the best box IoU of at least `box_iou`: its points become score_2, and
+    every difference (verdict, points, transcription, question id, box, a region only one of them has) is listed
+    in review.disagreements, never dropped and never refused."""
     where = f"{path} task {task.get('id', f'#{index}')}"
-    if len(others) > 1:
-        raise ValueError(f"{where}: {len(others) + 1} submitted annotations: the review keeps two teachers (score and "
+    done = submitted(task)
+    if len(done) > 2:
+        raise ValueError(f"{where}: {len(done)} submitted annotations: the review keeps two teachers (score and "
                          f"score_2, settled in arbitration): cancel the others in Label Studio and export again")
-    if not others:
-        return {}
-    scores = {}
-    for item in read_task(path, task, index, "image", others[0]).items:
-        value = _number(item.attributes.get("score"), f"{path} {item.where} (the second teacher's)", "score")
-        if value is not None and item.region_id is not None:
-            scores[item.region_id] = value
-    return scores
+    counted, other = counted_annotation(task, rule)
+    if rule == "ground-truth" and other is not None and all(a.get("ground_truth") for a in done):
+        raise ValueError(f"{where}: both annotations are marked ground truth: unmark one in Label Studio, or pass "
+                         f"--teachers first, last or agreement")
+    regions = [(item.region_id, *_graded(item, page, f"{path} {item.where}"))
+               for item in read_task(path, task, index, "image", counted).items]
+    review.teachers.setdefault("counted", Counter())[teacher_of(counted)] += 1
+    if other is None:
+        return regions
+    review.teachers["tasks_with_two"] = review.teachers.get("tasks_with_two", 0) + 1
+    names = (teacher_of(counted), teacher_of(other))
+    seconds = [(item.region_id, *_graded(item, page, f"{path} {item.where} (the other teacher's)"))
+               for item in read_task(path, task, index, "image", other).items]
+    seconds = [s for s in seconds if not _placeholder_left(s[0], s[1], page)]
+    paired = _pair(regions, seconds, box_iou)
+    out = []
+    for k, (rid, first, reason) in enumerate(regions):
+        j = paired.get(k)
+        if j is None:
+            if not _placeholder_left(rid, first, page):
+                _disagree(review, page, rid, first, None, names, ["only the counted teacher's"])
+            out.append((rid, first, reason))
+            continue
+        second = seconds[j][1]
+        differs = [what for what, a, b in (
+            ("verdict", first.verdict, second.verdict), ("points", first.score, second.score),
+            ("transcription", " ".join(first.text.split()), " ".join(second.text.split())),
+            ("question_id", first.question_id, second.question_id)) if a != b]
+        if (first.box is None) != (second.box is None) or (
+                first.box and second.box and Box(*first.box).iou(Box(*second.box)) < box_iou):
+            differs.append("box")
+        if differs:
+            _disagree(review, page, rid, first, second, names, differs)
+        if second.score is not None and first.score is not None:
+            problem = points_problem(first.full_score, first.score, second.score)
+            if problem:
+                raise ValueError(f"{where}, region {rid!r}: {problem} (the other teacher's score)")
+            first = dataclasses.replace(first, score_2=second.score)
+        out.append((rid, first, reason))
+    taken = set(paired.values())
+    for j, (rid, second, _) in enumerate(seconds):
+        if j not in taken:
+            _disagree(review, page, rid, None, second, names, ["only the other teacher's"])
+    return out
+
+
+def _pair(regions: list, seconds: list, box_iou: float) -> dict[int, int]:
+    """Each counted region's index -> the other teacher's region it is: the one of its id, else the one of the best
+    box IoU of at least `box_iou` (both added the same missed answer, each with a region id of their own)."""
+    paired: dict[int, int] = {}
+    free = set(range(len(seconds)))
+    for k, (rid, _, _) in enumerate(regions):
+        j = next((j for j in sorted(free) if seconds[j][0] == rid), None)
+        if j is not None:
+            paired[k] = j
+            free.discard(j)
+    by_iou = sorted(((Box(*regions[k][1].box).iou(Box(*seconds[j][1].box)), k, j) for k in range(len(regions))
+                     if k not in paired and regions[k][1].box for j in free if seconds[j][1].box), reverse=True)
+    for iou, k, j in by_iou:
+        if iou >= box_iou and k not in paired and j in free:
+            paired[k] = j
+            free.discard(j)
+    return paired
+
+
+def _disagree(review: Review, page: GradedPage, region: str | None, first: Graded | None, second: Graded | None,
+              names: tuple[str, str], differs: list[str]) -> None:
+    """One difference between two teachers' annotations of a page, kept whole for the report."""
+    def view(g: Graded | None) -> dict | None:
+        return None if g is None else {"verdict": g.verdict, "score": g.score, "text": g.text,
+                                       "question_id": g.question_id, "box": g.box}
+
+    review.disagreements.append({"page": page.name, "region": region, "question_id": (first or second).question_id,
+                                 "differs": differs, "counted": names[0], "other": names[1],
+                                 "counted_grade": view(first), "other_grade": view(second)})
 
 
 def _left_as_exported(teacher: Graded, page: GradedPage, k: int) -> bool:
@@ -477,6 +544,10 @@ def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict:
     left_out = []
     for name, page in review.pages.items():
         marks, problem = page_marks(by_page.get(name, []))
+        disputed = sorted({str(d["question_id"] or d["region"]) for d in review.disagreements if d["page"] == name})
+        if not problem and disputed and review.teachers.get("rule") == "agreement":
+            problem = (f"the two teachers differ on question(s) {', '.join(disputed)} (listed in the report): settle "
+                       f"them in Label Studio (or import with another --teachers rule)")
         if not problem and name in review.placeholders_left:
             problem = (f"question(s) {', '.join(review.placeholders_left[name])} found on no page by the model were "
                        f"left where the export put them: move each onto its answer and grade it, or delete it "
@@ -537,7 +608,7 @@ def import_review(run: ReviewRun) -> dict:
     if reviewed.suffix.lower() in (".csv", ".tsv", ".txt"):
         review = read_sheet(reviewed, pages, graded)
     else:
-        review = read_labelstudio(reviewed, pages, graded, run.box_iou)
+        review = read_labelstudio(reviewed, pages, graded, run.box_iou, run.teachers)
     if not review.items and not review.pages:
         raise ValueError(f"--reviewed {reviewed}: nothing in it is reviewed: in the sheet, write yes under reviewed "
                          f"or fill a teacher's column; in Label Studio, submit the tasks, then export the project as "

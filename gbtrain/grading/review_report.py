@@ -76,6 +76,9 @@ def report(review: Review, graded: Path, reviewed_file: Path, box_iou: float) ->
         "errors": direction(review.items),
         "points_changes": {"count": len(sizes), "mean_abs": round(statistics.fmean(sizes), 6) if sizes else None,
                            "max_abs": max(sizes) if sizes else None},
+        "teachers": {"rule": review.teachers.get("rule"), "tasks_with_two": review.teachers.get("tasks_with_two", 0),
+                     "counted": dict(review.teachers.get("counted") or {})} if review.teachers else None,
+        "disagreements": review.disagreements,
         "reasons": dict(Counter(r.reason for r in changed if r.reason).most_common()),
         "changed_without_reason": sum(not r.reason for r in changed),
         "by_question_type": {t: {"reviewed": len(rs), "changed": sum(bool(r.changes) for r in rs),
@@ -97,6 +100,18 @@ def _model_view(m: dict | None) -> dict | None:
 
 def _teacher_view(t: Graded | None) -> dict | None:
     return None if t is None else {"verdict": t.verdict, "score": t.score, "box": t.box, "text": t.text}
+
+
+_RULES = {"ground-truth": "the annotation marked ground truth, else the first submitted",
+          "first": "the first submitted", "last": "the last submitted",
+          "agreement": "the first submitted; a page where they differ is not written as data"}
+
+
+def _grade_text(g: dict | None) -> str:
+    if g is None:
+        return "no region"
+    return markdown_text(f"{g['verdict']}" + (f", {g['score']:g} points" if g["score"] is not None else "")
+                         + (f", \"{g['text']}\"" if g["text"] else ""))
 
 
 def _points_text(p: dict) -> str:
@@ -136,6 +151,18 @@ def report_markdown(rep: dict) -> str:
         lines.append("")
     lines.append(f"Changed without a reason: {rep['changed_without_reason']}. Pages reviewed: "
                  f"{rep['pages']['reviewed']}, not reviewed: {rep['pages']['unreviewed']}.")
+    teachers = rep.get("teachers")
+    if teachers:
+        counted = ", ".join(f"{markdown_text(who)} {n}" for who, n in teachers["counted"].items()) or "none"
+        lines += ["", f"Whose grade counts: rule `{teachers['rule']}` ({_RULES[teachers['rule']]}); tasks annotated by "
+                      f"two teachers: {teachers['tasks_with_two']}; tasks counted per teacher: {counted}."]
+    if rep.get("disagreements"):
+        lines += ["", f"Where the two teachers differ ({len(rep['disagreements'])}; the other teacher's points are "
+                      f"kept as score_2):", "", "| page | question | differs in | counted | other |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {markdown_text(d['page'])} | {markdown_text(str(d['question_id'] or d['region']))} | "
+                  f"{', '.join(d['differs'])} | {markdown_text(d['counted'])}: {_grade_text(d['counted_grade'])} | "
+                  f"{markdown_text(d['other'])}: {_grade_text(d['other_grade'])} |" for d in rep["disagreements"]]
     left_out = rep.get("written", {}).get("left_out") or []
     if left_out:
         lines += ["", f"Reviewed pages left out of the training data ({len(left_out)}): fix them in the review and "

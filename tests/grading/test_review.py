@@ -438,6 +438,81 @@ def test_label_studio_second_teacher_storage_sync_and_other_formats(graded, tmp_
         _import(graded, reviewed, tmp_path / "again")
 
 
+def test_two_teachers_a_stated_rule_counts_and_every_difference_is_listed(graded, tmp_path):
+    """Page a, annotated by two teachers (as Label Studio exports it: each annotation with its id, completed_by and
+    created_at). Ann (first) marks item 1 wrong with 0 points; Bo (second) accepts it, gives item 2 3 points where
+    Ann kept the model's 1, and writes a reason; both add the same answer the model missed, each with a region id
+    of their own. Whose grade counts is the rule's, whatever order the export lists them in; the other's points
+    are score_2; every difference is listed with both grades; the same missed answer is one added item."""
+    export_review(ReviewRun("export", str(graded)))
+    tasks = json.loads((graded / "review" / "labelstudio_tasks.json").read_text(encoding="utf-8"))[:1]
+    added = [r for r in tasks[0]["predictions"][0]["result"] if r["id"] == "item-3"]
+
+    def teacher(n, results, who):
+        results = [dict(r, origin="prediction") for r in results]
+        if who == "ann":
+            _set(results, "item-1", "rectanglelabels", ("verdict", "wrong"))
+            _set(results, "item-1", "number", ("score", 0))
+        else:
+            _set(results, "item-2", "number", ("score", 3))
+            _set(results, "item-2", "textarea", ("reason", "method earns partial credit"))
+        for r in copy.deepcopy(added):  # the same missed answer, low on the page
+            r["id"] = "ann-new" if who == "ann" else "bo-new"
+            r["value"]["y"] = 90.0 if who == "ann" else 90.2
+            results.append(r)
+        return results
+
+    exported = teacher_export(tasks, lambda n, results: teacher(n, results, "ann"))
+    ann = exported[0]["annotations"][0] | {"id": 90, "completed_by": {"id": 1, "email": "ann@school.example"},
+                                           "created_at": "2026-12-07T09:00:00.000000Z"}
+    bo = copy.deepcopy(ann) | {"id": 95, "completed_by": {"id": 2, "email": "bo@school.example"},
+                               "created_at": "2026-12-07T10:30:00.000000Z",
+                               "result": teacher(0, copy.deepcopy(tasks[0]["predictions"][0]["result"]), "bo")}
+    reviewed = tmp_path / "export.json"
+    results = {}
+    for order in ("ann-first", "bo-first"):
+        exported[0]["annotations"] = [ann, bo] if order == "ann-first" else [bo, ann]
+        reviewed.write_text(json.dumps(exported), encoding="utf-8")
+        for rule in ("first", "last", "agreement"):
+            results[order, rule] = _import(graded, reviewed, tmp_path / f"{order}-{rule}", teachers=rule)
+    for rule in ("first", "last", "agreement"):
+        a, b = results["ann-first", rule], results["bo-first", rule]
+        assert (a["changed"], a["changes"], a["disagreements"]) == (b["changed"], b["changes"], b["disagreements"])
+    first, last = results["ann-first", "first"], results["ann-first", "last"]
+    assert first["teachers"] == {"rule": "first", "tasks_with_two": 1, "counted": {"ann@school.example": 1}}
+    assert last["teachers"]["counted"] == {"bo@school.example": 1}
+    # Ann counted: item 1 (verdict, points) and the added answer; Bo counted: item 2's points and the added answer
+    assert (first["changes"]["verdict"], first["changes"]["points"], first["changes"]["added"]) == (1, 1, 1)
+    assert (last["changes"]["verdict"], last["changes"]["points"], last["changes"]["added"]) == (0, 1, 1)
+    assert [(d["question_id"], d["differs"], d["counted"], d["counted_grade"]["score"], d["other_grade"]["score"])
+            for d in first["disagreements"]] == [("1", ["verdict", "points"], "ann@school.example", 0, 2),
+                                                 ("2", ["points"], "ann@school.example", 1, 3)]
+    records = {r.record_id: r for r in load_level(tmp_path / "ann-first-first", "L3").records}
+    groups = {g.group_id: g for g in records["a.png"].groups}
+    assert (groups["1"].score, groups["1"].score_2, groups["2"].score, groups["2"].score_2) == (0, 2, 1, 3)
+    assert len(groups["3"].marks) == 2  # the model's question 3 and the answer both teachers added to it
+    md = (tmp_path / "ann-first-first" / "review_report.md").read_text(encoding="utf-8")
+    assert "Whose grade counts: rule `first` (the first submitted); tasks annotated by two teachers: 1" in md
+    assert "| a.png | 1 | verdict, points | ann@school.example: wrong, 0 points" in md
+    agreement = results["ann-first", "agreement"]
+    assert agreement["written"]["left_out"] == [{"page": "a.png", "why": "the two teachers differ on question(s) 1, "
+                                                 "2 (listed in the report): settle them in Label Studio (or import "
+                                                 "with another --teachers rule)"}]
+
+
+def test_a_label_studio_csv_export_is_named(graded, tmp_path):
+    """The header of Label Studio's CSV export (label-studio-sdk's converter: the task's data columns, each
+    control's column, then the columns it always writes)."""
+    export_review(ReviewRun("export", str(graded)))
+    reviewed = tmp_path / "project-3-at-2026-12-07-10-41-5f1a2b3c.csv"
+    reviewed.write_text("image,page,review_id,id,verdict,hand,score,annotator,annotation_id,created_at,updated_at,"
+                        "lead_time\n/data/local-files/?d=review/images/a.png,a.png,r0,40,\"[]\",,,1,90,"
+                        "2026-12-07T10:41:00Z,2026-12-07T10:41:00Z,42.0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"a Label Studio CSV export, which keeps no region's own values: export the "
+                                         r"project as Label Studio's \"JSON\""):
+        _import(graded, reviewed, tmp_path / "imported")
+
+
 def _write_sheet(path: Path, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))

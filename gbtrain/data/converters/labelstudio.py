@@ -71,10 +71,41 @@ def submitted(task: dict) -> list[dict]:
     return [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
 
 
+TEACHER_RULES = ("ground-truth", "first", "last", "agreement")  # whose annotation of a task counts (counted_annotation)
+
+
+def _submit_order(annotation: dict) -> tuple:
+    """When an annotation was submitted: its creation time, then its id (Label Studio numbers them as they come),
+    whatever order the export lists them in."""
+    ident = annotation.get("id")
+    return str(annotation.get("created_at") or ""), ident if isinstance(ident, int) else 0, str(ident)
+
+
+def counted_annotation(task: dict, rule: str = "ground-truth") -> tuple[dict | None, dict | None]:
+    """The submitted annotation a task is read from, and the other teacher's (None: one annotation, or none). The
+    rule (TEACHER_RULES): ground-truth, the one marked ground truth in Label Studio, else the first submitted; first
+    or agreement, the first submitted (agreement then keeps only what both gave alike); last, the last submitted.
+    The converter and the review import both read a task here."""
+    done = sorted(submitted(task), key=_submit_order)
+    if not done:
+        return None, None
+    marked = [a for a in done if a.get("ground_truth")] if rule == "ground-truth" else []
+    counted = marked[0] if marked else done[-1] if rule == "last" else done[0]
+    others = [a for a in done if a is not counted]
+    return counted, others[0] if others else None
+
+
 def chosen_annotation(task: dict) -> dict | None:
-    """The submitted annotation a task is read from: the ground-truth one, else the first (None: none submitted)."""
-    done = submitted(task)
-    return next((a for a in done if a.get("ground_truth")), done[0]) if done else None
+    """The submitted annotation a task is read from by default (counted_annotation's ground-truth rule)."""
+    return counted_annotation(task)[0]
+
+
+def teacher_of(annotation: dict) -> str:
+    """Who submitted an annotation, as the export names them: completed_by's email, else its user id."""
+    who = annotation.get("completed_by")
+    if isinstance(who, dict):
+        who = who.get("email") or who.get("id")
+    return f"user {who}" if isinstance(who, int) else str(who or "unknown")
 
 
 def read_task(path: Path, task: dict, index: int, image_key: str, annotation: dict | None = None) -> SourcePage:
@@ -93,7 +124,7 @@ def read_task(path: Path, task: dict, index: int, image_key: str, annotation: di
     chosen = annotation or chosen_annotation(task)
     if len(done) > 1 and annotation is None:
         page.notes.append(f"{where}: {len(done)} annotations, used annotation {chosen.get('id')} (the ground "
-                          f"truth one, else the first)")
+                          f"truth one, else the first submitted)")
     regions: dict[str, list[dict]] = {}
     for i, result in enumerate(chosen.get("result") or []):
         if isinstance(result, dict):
