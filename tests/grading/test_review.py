@@ -380,6 +380,15 @@ def test_a_review_accepted_as_the_model_left_it_imports_and_placeholders_never_t
     assert record.record_id == "a.png"
     assert [(g.group_id, g.label, g.hand) for g in record.groups] == [("1", "right", "12"), ("3", "unanswered", "")]
     assert "| b.jpg | item 2 has no question id" in (out / "review_report.md").read_text(encoding="utf-8")
+    if tool == "labelstudio":  # the converter reads the same export by the same rules: no placeholder becomes an id
+        from gbtrain.data.converters import convert, load_mapping
+
+        converted = convert(reviewed, load_mapping(ROOT / "configs" / "convert" / "review.yaml"), tmp_path / "conv",
+                            images=review / "images", lenient=True, progress=False)
+        assert [(u["item"].split(", ")[1], u["message"][:40]) for u in converted["unmapped"]] == [
+            ("region 'item-2'", "no question id: 'item2' is a placeholder"),
+            ("region 'missing-1'", "answer 3: no transcription (field 'hand'")]
+        assert {r.record_id for r in load_level(tmp_path / "conv", "L3").records} == {"a"}
 
 
 def test_label_studio_second_teacher_storage_sync_and_other_formats(graded, tmp_path):

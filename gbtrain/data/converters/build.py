@@ -16,6 +16,7 @@ question, `{page}_q{question}`, around its regions and answers with the generato
 from __future__ import annotations
 
 import io
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +281,9 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
     mark_id = _value(m.fields.id, item)
     if mark_id is None:
         raise _Unmappable(f"no question id (field {m.fields.id!r})")
+    if m.unnamed_ids and re.fullmatch(m.unnamed_ids, mark_id):  # a placeholder never becomes a question id
+        raise _Unmappable(f"no question id: {mark_id!r} is a placeholder (unnamed_ids {m.unnamed_ids!r}): give the "
+                          f"answer the id of the question it answers")
     hand = _value(m.fields.hand, item)
     blank = blank_answer_problem(hand, label)
     if blank:

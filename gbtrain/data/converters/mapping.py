@@ -8,6 +8,7 @@ key, COCO attribute) holds which field. See configs/convert/example.yaml.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class ConvertMapping:
     subject: str | None = None  # when the page does not say (fields.subject)
     stage: str | None = None  # when neither the region nor the page says (fields.stage)
     image_key: str = "image"  # Label Studio: the task data key that holds the image
+    unnamed_ids: str | None = None  # regex: ids that name no question (a review export's item<n>): read as none
 
 
 def mapping_problems(m: ConvertMapping) -> list[str]:
@@ -75,6 +77,11 @@ def mapping_problems(m: ConvertMapping) -> list[str]:
                  if not getattr(m.fields, name)]
     problems += [f"verdicts.{k}: {v!r} is not one of {', '.join(VERDICTS)}" for k, v in m.verdicts.items()
                  if v not in VERDICTS]
+    if m.unnamed_ids is not None:
+        try:
+            re.compile(m.unnamed_ids)
+        except re.error as e:
+            problems.append(f"unnamed_ids: {m.unnamed_ids!r:.60} is not a regular expression ({e})")
     if m.stage is not None and m.stage not in STAGE_ALIASES:
         problems.append(f"stage: {m.stage!r} is not a known stage ({', '.join(sorted(set(STAGE_ALIASES.values())))})")
     return problems
