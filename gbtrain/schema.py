@@ -168,6 +168,15 @@ class Mark:
         return replace(self, points=[(round(x - dx, ndigits), round(y - dy, ndigits)) for x, y in self.points])
 
 
+UNNUMBERED = "#"  # a question id `#k` (`#k-j`): a page that prints no question numbers, its k-th question by position
+
+
+def printed_id(question_id: str | None) -> str | None:
+    """A question id as the page prints it: None for an unnumbered one (`#k`, numbered by position only), which a
+    target gives as null and a model is not asked to write."""
+    return None if question_id is None or question_id.startswith(UNNUMBERED) else question_id
+
+
 @dataclass
 class Group:
     """The answer marks of one record that share one id: the unit that is graded and scored."""

@@ -70,7 +70,8 @@ def points_from_text(text: str) -> int | float:
     return value
 
 
-_ID_PREFIXES = re.compile(r"^(?:question|problem|exercise|no\.?|q\.?|#|第)\s*", re.IGNORECASE)
+# (`#` is no prefix: `#3` is schema.UNNUMBERED's third question by position, not question 3)
+_ID_PREFIXES = re.compile(r"^(?:question|problem|exercise|no\.?|q\.?|第)\s*", re.IGNORECASE)
 _ID_FILLERS = re.compile(r"小题|问题|小问|题|问|第")  # between and after the numbers: 第3题第2问
 _CHINESE_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
                    "九": 9}

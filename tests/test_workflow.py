@@ -161,3 +161,59 @@ def test_label_studio_export_to_graded_pages(first_steps, tmp_path):
     summary = json.loads((graded / "summary.json").read_text())
     assert summary["pages"] == 2 and summary["items"] == len(items) and {r["page"] for r in items} <= set(names)
     assert sorted(p.name for p in (graded / "overlays").iterdir()) == [f"{n}.png" for n in names]
+
+    # the loop closes: teachers correct the grades in Label Studio (here: every model box deleted, each true answer
+    # of the page drawn and graded, as the synthetic truth has it), the import writes every level, and the next
+    # fine-tune trains on last term's pages and the reviewed ones together
+    run(["python", "eval/review.py", "export", "--graded", graded], env)
+    tasks = json.loads((graded / "review" / "labelstudio_tasks.json").read_text(encoding="utf-8"))
+    truth = {f"new-{Path(r.image).name}": r for r in load_level(tmp_path / "new", "L3").records}
+    exported = [_teacher_redraws(task, truth[task["data"]["page"]], n) for n, task in enumerate(tasks)]
+    (tmp_path / "ls-export.json").write_text(json.dumps(exported), encoding="utf-8")
+    reviewed = tmp_path / "reviewed"
+    printed = run(["python", "eval/review.py", "import", "--graded", graded, "--reviewed", tmp_path / "ls-export.json",
+                   "--out", reviewed, "--subject", "Mathematics"], env)
+    marks = sum(len(r.marks) for r in truth.values())
+    assert f"reviewed pages for build_sft: 2 pages, {marks} marks" in printed
+    questions = sum(len({m.mark_id.split("-", 1)[0] for m in r.marks if not m.is_context}) for r in truth.values())
+    assert {lv: len(ld.records) for lv, ld in load_dataset(reviewed).items()} == {"L1": questions, "L2": questions,
+                                                                               "L3": 2}
+    both, retrained = tmp_path / "sft-both", tmp_path / "sft-both-run"
+    printed = run(["python", "data_builders/build_sft.py", "--data", data, "--data", reviewed, "--out", both,
+                   f"tokenizer={model}", "target_count=40", "vision.min_pixels=3136", "vision.max_pixels=50176",
+                   "max_length=2048", "coords=rel1000", "validation_share=0.2", "data_weights=[1,2]"], env)
+    assert f"folders: {data} (weight 1): " in printed and f"{reviewed} (weight 2): " in printed
+    stats = json.loads((both / "stats.json").read_text())
+    assert stats["sources"][1]["tag"] == "1-reviewed" and stats["replaced_pages"] == []  # new pages: none replaced
+    run(["accelerate", "launch", "--num_processes", 1, "--cpu", "recipes/sft_qwen.py", "--config",
+         "configs/sft/tiny_cpu.yaml", f"model={best}", f"dataset={both}", f"output_dir={retrained}", "max_steps=2",
+         "save_steps=2", "eval_steps=2", "pack_tokens=2048", "max_length=2048", "limit_eval_samples=4",
+         "report_to=[]"], env)
+    assert (retrained / "checkpoint-2" / "gbtrain_checkpoint.json").is_file()
+
+
+def _teacher_redraws(task: dict, truth, n: int) -> dict:
+    """A task as Label Studio exports it after a teacher deleted the model's regions and drew each answer of the
+    page with its question id, transcription, verdict and points (the review's labeling config)."""
+    results = []
+    for k, mark in enumerate(truth.marks):
+        if mark.is_context:
+            continue
+        box = mark.box
+        common = {"id": f"t{n}r{k}", "to_name": "image", "original_width": truth.width,
+                  "original_height": truth.height, "image_rotation": 0, "origin": "manual"}
+        value = {"x": 100 * box.x1 / truth.width, "y": 100 * box.y1 / truth.height,
+                 "width": 100 * (box.x2 - box.x1) / truth.width, "height": 100 * (box.y2 - box.y1) / truth.height,
+                 "rotation": 0}
+        results.append({**common, "type": "rectanglelabels", "from_name": "verdict",
+                        "value": {**value, "rectanglelabels": [mark.label]}})
+        controls = [("qid", "textarea", mark.mark_id), ("hand", "textarea", mark.hand or None),
+                    ("score", "number", mark.score), ("full_score", "number", mark.full_score)]
+        results += [{**common, "type": kind, "from_name": name,
+                     "value": {**value, {"textarea": "text", "number": "number"}[kind]: v if kind == "number" else [v]}}
+                    for name, kind, v in controls if v is not None]
+    return {"id": 300 + n, "data": task["data"], "project": 9,
+            "predictions": [{"id": 600 + n, "model_version": "best", "result": task["predictions"][0]["result"]}],
+            "annotations": [{"id": 900 + n, "completed_by": {"id": 1, "email": "teacher@school.example"},
+                             "result": results, "was_cancelled": False, "ground_truth": False, "lead_time": 61.5,
+                             "created_at": "2026-12-07T10:00:00.000000Z", "parent_prediction": 600 + n}]}

@@ -418,7 +418,8 @@ def parse_record(raw: dict, level: str, reading: _Reading) -> Record:
             raise ValueError(f"mark {i} ({m.mark_id or m.raw_label}): box {b.as_list()} lies outside the "
                              f"{width}x{height} image")
         if not m.is_context and not m.mark_id:
-            raise ValueError(f"mark {i}: answer mark without attributes.id")
+            raise ValueError(f"mark {i}: answer mark without attributes.id (on a page that prints no question "
+                             f"numbers, number its answers by position: #1, #2, ... in reading order)")
         if m.is_context and any(getattr(m, key) is not None for key in (*POINT_NUMBERS, *POINT_TEXTS)):
             raise ValueError(f"mark {i}: points on a question mark, which is not graded: put full_score, score and "
                              f"the rest on its answer marks")

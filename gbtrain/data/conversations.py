@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gbtrain import prompts
 from gbtrain.coords import DEFAULT_L2_MARGIN, PixelBudget, to_model
-from gbtrain.schema import Box, Group, Record
+from gbtrain.schema import Box, Group, Record, printed_id
 from gbtrain.vocabulary import ANSWER_BASED, L2, MODE_SHORT
 
 
@@ -35,11 +35,12 @@ def group_answer(group: Group) -> str:
 
 def answer_items(record: Record, coords: str, budget: PixelBudget) -> list[dict]:
     """The assistant's JSON items for a record, in reading order: the question each answers (its group id, as the
-    answer key and the references name it), box, transcription, answer, judgment; a group graded in points adds its
-    teacher's `score` (right/wrong-only groups are as before)."""
+    answer key and the references name it; null where the page prints no number: schema.printed_id), box,
+    transcription, answer, judgment; a group graded in points adds its teacher's `score` (right/wrong-only groups
+    are as before)."""
     return [
         {
-            "question_id": g.group_id,
+            "question_id": printed_id(g.group_id),
             "bbox_2d": to_model(g.box.clip(record.width, record.height), record.width, record.height, coords, budget),
             "text": g.hand,
             "answer": group_answer(g),

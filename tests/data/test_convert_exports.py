@@ -224,6 +224,40 @@ def test_a_page_that_lost_every_answer_is_never_kept(tmp_path):
     assert "(every answer region lost: never kept, even with --keep-partial-pages)" in str(PartialPage(**partial))
 
 
+def test_an_export_without_question_ids_is_numbered_by_position_and_builds_non_empty_targets(tmp_path):
+    """The fixture's export with no question id anywhere (a project whose pages print no numbers), read with
+    fields.id and fields.question_id null: each question region is `#k` in reading order, its answers `#k` (one) or
+    `#k-j` (several); the build's targets hold every answer with question_id null, never an empty list."""
+    from gbtrain.data.build_config import BuildConfig, MixConfig
+    from gbtrain.data.sft_dataset import build_sft_dataset, load_sft_dataset
+
+    tasks = _ls_tasks()
+    for task in tasks:
+        results = task["annotations"][0]["result"]
+        results[:] = [r for r in results if r["from_name"] != "qid"]
+    export = _write(tmp_path / "export.json", tasks)
+    with pytest.raises(ValueError, match=r"no question id \(field 'qid'; an export whose pages print no question "
+                                         r"numbers: set fields.id: null"):
+        convert(export, load_mapping(LS_MAPPING), tmp_path / "strict", images=IMAGES, progress=False)
+    report = convert(export, load_mapping(LS_MAPPING, ["fields.id=null", "fields.question_id=null"]), tmp_path / "out",
+                     images=IMAGES, progress=False)
+    assert report["unmapped"] == [] and report["partial_pages"] == []
+    truth = {r.record_id: r for r in load_level(tmp_path / "out", "L3").records}
+    named = {r.record_id: r for r in convert(LS_EXPORT, load_mapping(LS_MAPPING), tmp_path / "named", images=IMAGES,
+                                             progress=False) and load_level(tmp_path / "named", "L3").records}
+    for page, record in truth.items():  # the same answers, numbered by position: one box each (no id joins two)
+        assert all(g.group_id.startswith("#") and len(g.marks) == 1 for g in record.groups)
+        assert sorted(m.hand for m in record.marks) == sorted(m.hand for m in named[page].marks if not m.is_context)
+        assert {g.group_id.split("-")[0] for g in record.groups} == {f"#{k}" for k in range(1, len(
+            {g.parent_id for g in named[page].groups}) + 1)}  # a question region each
+    sft = tmp_path / "sft"
+    build_sft_dataset(BuildConfig(data=str(tmp_path / "out"), out=str(sft), target_count=40, validation_share=0,
+                                  test_share=0, mix=MixConfig(three_turn=0)), progress=False)
+    rows = load_sft_dataset(sft, decode_images=False)["train"]
+    targets = [json.loads(r["messages"][-1]["content"]) for r in rows]
+    assert targets and all(t for t in targets) and all(it["question_id"] is None for t in targets for it in t)
+
+
 def test_a_lost_answer_of_no_known_question_leaves_the_whole_page_out(tmp_path):
     """An ellipse labelled answer (Label Studio's ellipselabels result: https://labelstud.io/tags/ellipselabels,
     value x, y, radiusX, radiusY, rotation in percent) has no box and no question id: any question of p1 may miss

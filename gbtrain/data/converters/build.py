@@ -15,6 +15,7 @@ question, `{page}_q{question}`, around its regions and answers with the generato
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections import Counter
@@ -40,6 +41,7 @@ from gbtrain.schema import (
     QUESTION_TYPE_ALIASES,
     STAGE_ALIASES,
     SUBJECTS,
+    UNNUMBERED,
     Box,
     Mark,
     Record,
@@ -278,9 +280,10 @@ def _answer(item: SourceItem, page: SourcePage, size: tuple[int, int], m: Conver
     """An answer region as a mark; raises _Unmappable naming what is missing."""
     points, cut = _check_box(item.points, *size)
     label = _verdict(_value(m.fields.verdict, item), m)
-    mark_id = _value(m.fields.id, item)
+    mark_id = _value(m.fields.id, item) if m.fields.id else ""  # no id field: numbered by position (_numbered)
     if mark_id is None:
-        raise _Unmappable(f"no question id (field {m.fields.id!r})")
+        raise _Unmappable(f"no question id (field {m.fields.id!r}; an export whose pages print no question numbers: "
+                          f"set fields.id: null in the mapping to number the answers by position)")
     if m.unnamed_ids and re.fullmatch(m.unnamed_ids, mark_id):  # a placeholder never becomes a question id
         raise _Unmappable(f"no question id: {mark_id!r} is a placeholder (unnamed_ids {m.unnamed_ids!r}): give the "
                           f"answer the id of the question it answers")
@@ -348,6 +351,31 @@ class _Region:
         return b.x1 <= cx <= b.x2 and b.y1 <= cy <= b.y2
 
 
+def _numbered(answers: list[tuple[SourceItem, Mark]], regions: list[_Region]) -> list[tuple[SourceItem, Mark]]:
+    """Answers of an export without question ids (the mapping's fields.id is null), numbered by position
+    (schema.UNNUMBERED): on a page with question regions, each answer takes its region's question (its id, else `#k`
+    for the k-th region in reading order), `-j` added for the j-th of several answers in one region; without
+    regions, each answer is a question of its own, `#k` in reading order. An answer in no region keeps no id and is
+    listed as lying in none."""
+    def reading(box: Box) -> tuple[float, float]:
+        return box.y1, box.x1
+
+    for k, r in enumerate(sorted(regions, key=lambda r: reading(r.box)), start=1):
+        r.qid = r.qid or f"{UNNUMBERED}{k}"
+    ordered = sorted(range(len(answers)), key=lambda i: reading(answers[i][1].box))
+    if not regions:
+        names = {i: f"{UNNUMBERED}{k}" for k, i in enumerate(ordered, start=1)}
+    else:
+        owner = {i: next((r.qid for r in sorted(regions, key=lambda r: reading(r.box)) if r.holds(answers[i][1].box)),
+                         None) for i in ordered}
+        names = {}
+        for qid in dict.fromkeys(q for q in owner.values() if q is not None):
+            mine = [i for i in ordered if owner[i] == qid]
+            names |= {i: qid if len(mine) == 1 else f"{qid}-{j}" for j, i in enumerate(mine, start=1)}
+    return [(item, dataclasses.replace(mark, mark_id=names.get(i, f"{UNNUMBERED}?")))
+            for i, (item, mark) in enumerate(answers)]
+
+
 @dataclass
 class _Lost:
     """A region that is (or may be) an answer, left out: its question by its id, where it lies."""
@@ -379,6 +407,8 @@ class PagePlanner:
             return
         lost: list[_Lost] = []
         answers, regions = self._regions(page, size, lost)
+        if not self.m.fields.id:
+            answers = _numbered(answers, regions)
         regions = self._named(page, answers, regions)
         answers = self._placed(page, answers, regions, lost)
         touched = self._touched(lost, answers, regions) if lost else set()

@@ -24,7 +24,8 @@ class FieldNames:
     """Where each GradingBench field is read: the tool's attribute name on a region (stage, subject, question type
     and content format also on the page), LABEL_FIELD for the region's label, or null when not annotated."""
 
-    id: str | None = "id"  # answer: "parent-sub" question id (e.g. 3-2), or "3" for a question without parts
+    id: str | None = "id"  # answer: "parent-sub" question id (e.g. 3-2), or "3"; null: pages print no numbers,
+    # answers are numbered by position (#1, #2, ...; schema.UNNUMBERED)
     hand: str | None = "hand"  # answer: transcription of the handwriting
     std: str | None = "std"  # answer: reference answer (optional)
     verdict: str | None = "verdict"  # answer: right / wrong / half_right / unanswered / unknown (or an alias)
@@ -73,7 +74,7 @@ def mapping_problems(m: ConvertMapping) -> list[str]:
             if label in seen:
                 problems.append(f"{kind}: label {label!r} is also in {seen[label]}")
             seen.setdefault(label, kind)
-    problems += [f"fields.{name}: required (the attribute that holds it)" for name in ("id", "hand", "verdict")
+    problems += [f"fields.{name}: required (the attribute that holds it)" for name in ("hand", "verdict")
                  if not getattr(m.fields, name)]
     problems += [f"verdicts.{k}: {v!r} is not one of {', '.join(VERDICTS)}" for k, v in m.verdicts.items()
                  if v not in VERDICTS]
