@@ -53,6 +53,10 @@ def main() -> None:
     if stats["sources"]:
         print("folders: " + "; ".join(f"{s['folder']} (weight {s['weight']:g}): {s['records']} records"
                                       for s in stats["sources"]))
+    if stats["empty_targets"]:
+        print(f"warning: conversations whose target is empty (records with no answer marks), by level: "
+              f"{stats['empty_targets']} (listed in the card; a page whose answers were lost in conversion is never "
+              f"written)")
     if stats["replaced_pages"]:
         print(f"pages taken from a newer folder: {len(stats['replaced_pages'])} (listed in the card)")
     if stats["dropped_over_max_length"]:

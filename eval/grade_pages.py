@@ -54,7 +54,8 @@ def main() -> None:
         print(f"answer key, once per document ({len(summary['per_document'])}): {summary['missing']} questions found "
               f"on no page of their document (0 points, for review), {summary['duplicate']} answered more than once "
               f"(one kept, the others for review), {summary['by_reference']} items matched to a question by their "
-              f"answer alone (no question id), {summary['unkeyed']} matched to none")
+              f"answer alone (no question id), {summary['by_position'] or 0} by position (the key's #k), "
+              f"{summary['unkeyed']} matched to none")
         if summary["unkeyed_ids"]:
             shown = ", ".join(f"{qid!r:.40} x{n}" for qid, n in list(summary["unkeyed_ids"].items())[:10])
             print(f"answer key: ids no keyed question has: {shown}"

@@ -3247,6 +3247,14 @@ def multi_source_cases() -> list[Case]:
               ("negative", "[1,-2]", r"data_weights: -2\.0 is not a finite number above 0"),
               ("nan", "[1,.nan]", r"data_weights: nan is not a finite number above 0"),
               ("a-word", "[1,two]", r"data_weights"))),
+        Case("a-page-with-no-answers", BUILD, build_args(data="{box}/data"), code=0,
+             check=printed(r"warning: conversations whose target is empty \(records with no answer marks\), by level: "
+                           r"\{'L3': \d+\}"),
+             setup=chain(data(pages), edit_record("L3", 0, set_key("marks", [])))),
+        Case("answers-numbered-by-position", BUILD, build_args(data="{box}/data"), code=0,
+             check=stats_say(lambda s: s["total"] > 0 and not s["empty_targets"], "conversations with answers"),
+             setup=chain(data(pages), edit_level("L3", lambda raw: [m["attributes"].update(id=f"#{k}") for k, m in
+                                                                   enumerate(raw[0]["marks"], start=1)]))),
         Case("more-data-inside-out", BUILD, build_args("--data", "{box}/out/newer", data="{box}/data"),
              r"out \S+/out holds data \S+/out/newer: write", setup=chain(data(pages), data(pages, name="out/newer")),
              outputs=()),

@@ -290,6 +290,10 @@ def _stats(cfg: BuildConfig, merged: Merged, plan: Plan, rows: list[dict], dropp
                                     for lvl, recs in merged.records.items() for r in recs)}
                     for k, s in enumerate(merged.sources)] if len(merged.sources) > 1 else None,
         "replaced_pages": merged.replaced,
+        # conversations whose target is [] (a record with no answer marks: a page nobody wrote on, by its
+        # annotation), counted by level: such a record teaches "nothing to grade here"
+        "empty_targets": dict(sorted(Counter(r["level"] for r in rows
+                                             if not record_index[(r["level"], r["record_id"])].groups).items())),
         # pages split as an older folder's copy was: an evaluation of their own folder asks here (data.held_out)
         "kept_splits": [{"folder": p["folder"], "page": p["page"], "split": SplitRule.of(cfg).split_key(p["key"])}
                         for p in merged.kept_splits],
@@ -326,6 +330,9 @@ def render_card(stats: dict) -> str:
         parts.append(_table(f"By {key}", stats["by"][key]))
     parts.append(_table("Answer groups by question type", stats["groups_by_question_type"]))
     parts.append(_table("Answer groups by label", stats["groups_by_label"]))
+    if stats.get("empty_targets"):
+        parts += [f"Conversations whose target is empty (records with no answer marks): {stats['empty_targets']}.",
+                  ""]
     if stats.get("sources"):
         parts += ["### Folders (oldest first)", "", "| folder | tag | weight | records |", "|---|---|---:|---:|"]
         parts += [f"| {src['folder']} | {src['tag'] or ''} | {src['weight']:g} | {src['records']} |"

@@ -15,7 +15,7 @@ import yaml
 from gbtrain import prompts
 from gbtrain.metric.answers import answer_type_of, answers_equivalent
 from gbtrain.metric.parsing import PredictedItem
-from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES
+from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES, UNNUMBERED
 from gbtrain.values import points_from_text, question_id_key
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3
 
@@ -218,3 +218,20 @@ def question_of(item: PredictedItem, key: AnswerKey | None,
     matches = [q.qid for q in (key if asked is None else asked) if q.answer is not None and answers_equivalent(
         item.answer, q.answer, answer_type_of(q.question_type, q.answer), Fraction(0)) is True]
     return (matches[0], "reference") if len(matches) == 1 else (given, None)
+
+
+Found = list[tuple[str | None, str | None]]  # question_of's (question, how) of a page's items
+
+
+def by_position(found: Found, asked: AnswerKey | None) -> Found:
+    """question_of's answers for a page's items in reading order, with the key's unnumbered questions (`#1`, `#2`,
+    ...: schema.UNNUMBERED, an exam that prints no numbers) given by position ("position"): the k-th item matched to
+    no question takes the k-th of those questions its page was asked for that no item named or repeated."""
+    taken = {qid for qid, how in found if how}
+    free = [q.qid for q in asked or [] if q.qid.startswith(UNNUMBERED) and q.qid not in taken]
+    out = []
+    for qid, how in found:
+        if how is None and free:
+            qid, how = free.pop(0), "position"
+        out.append((qid, how))
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gbtrain.coords import PixelBudget
 from gbtrain.files import read_json
-from gbtrain.grading.answer_key import AnswerKey, asked_ids, question_of
+from gbtrain.grading.answer_key import AnswerKey, asked_ids, by_position, question_of
 from gbtrain.grading.pages import LoadedPage, Page, PageSize
 from gbtrain.metric import confidence
 from gbtrain.metric.parsing import normalize_items, parse_points, parse_response
@@ -46,11 +46,13 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
     questions = {q.qid: q for q in key or []}
     normalized = normalize_items(parsed.items)
     confidence.annotate(normalized, reply, logprobs)
+    boxed = list(item_boxes(normalized, PageSize(width, height), opts))
+    found = [question_of(ib.item, key, asked) for ib in boxed]
+    found = by_position(found, key if asked is None else asked)
     items = []
-    for ib in item_boxes(normalized, PageSize(width, height), opts):
+    for ib, (qid, matched_by) in zip(boxed, found, strict=True):
         it = ib.item
         box = None if ib.box is None else [round(v, 1) for v in ib.box.as_list()]
-        qid, matched_by = question_of(it, key, asked)
         question = questions.get(qid) if matched_by else None
         full = question.full_score if question else None
         score, problem = item_score(it.score, full)
@@ -79,6 +81,7 @@ def page_totals(items: list[dict], status: str, keyed: bool) -> dict:
             "unjudged": sum(j is None for j in judged), "unparsable": int(status not in ("ok", "error")),
             "review": sum(bool(it.get("review")) for it in items),
             "by_reference": sum(it.get("matched_by") == "reference" for it in items),
+            "by_position": sum(it.get("matched_by") == "position" for it in items),
             "unkeyed": sum(not it.get("matched_by") for it in items) if keyed else 0}
 
 

@@ -18,7 +18,7 @@ from gbtrain.grading.pages import Page
 GRADE_COLUMNS = ("page", "item", "question_id", "printed_id", "text", "answer", "correctness", "score", "full_score",
                  "x1", "y1", "x2", "y2", "confidence", "box_confidence", "review", "duplicate_of", "status")
 COUNTS = ("items", "right", "wrong", "unjudged", "unparsable", "points", "full_points", "review", "missing",
-          "duplicate", "by_reference", "unkeyed")
+          "duplicate", "by_reference", "by_position", "unkeyed")
 TOTAL_COLUMNS = ("page", "file", "document", "student", "status", *COUNTS)
 QUESTION_COLUMNS = ("document", "student", "question_id", "status", "page", "item", "items", "points", "full_score",
                     "review")
@@ -38,7 +38,7 @@ def _page_row(record: dict, student: str | None, questions: list[dict]) -> dict:
     items = record["items"]
     # pages graded before question ids have no question counts
     return {"page": record["page"], "file": record["source"], "document": record["document"], "student": student,
-            "status": record["status"], "by_reference": 0, "unkeyed": 0, **record["totals"],
+            "status": record["status"], "by_reference": 0, "by_position": 0, "unkeyed": 0, **record["totals"],
             "points": _sum(held, "points") if held else None, "full_points": _sum(held, "full_score") if held else None,
             "review": sum(bool(it.get("review")) for it in items), "missing": None,
             "duplicate": sum(bool(it.get("duplicate_of")) for it in items)}

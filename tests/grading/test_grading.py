@@ -370,6 +370,29 @@ def test_totals_list_every_keyed_question_once(tmp_path, budget, monkeypatch):
             ("ann", "7", "12", "1"), ("bob", "7", "12", "1")]
 
 
+def test_an_exam_that_prints_no_numbers_is_matched_by_position(tmp_path, budget, monkeypatch):
+    """A key of unnumbered questions (#1, #2, #3: the first, second, third answer in reading order) and a model that
+    names none (or one the key lacks): the item whose answer repeats a reference takes that question, the others the
+    remaining ones in reading order; each is counted as matched by position."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    Image.new("RGB", (400, 560), "white").save(pages / "a.png")
+    key = tmp_path / "key.yaml"
+    key.write_text("'#1': {answer: '7', full_score: 2}\n'#2': {answer: '9', full_score: 2}\n"
+                   "'#3': {answer: '11', full_score: 2}\n", encoding="utf-8")
+    backend = ItemsBackend(budget, [(None, "8", 0), ("Q9", "10", 1), (None, "11", 2)])
+    monkeypatch.setattr(grade, "open_backend", lambda run, plan: (backend, None))
+    out = tmp_path / "out"
+    summary = grade_pages(GradeRun("scored", str(pages), str(out), answer_key=str(key), backend="openai",
+                                   coords="qwen25", min_pixels=budget.min_pixels, max_pixels=budget.max_pixels),
+                          progress=False)
+    page = json.loads((out / "pages" / "a.png.json").read_text(encoding="utf-8"))
+    assert [(it["question_id"], it["matched_by"]) for it in page["items"]] == [
+        ("#1", "position"), ("#2", "position"), ("#3", "reference")]
+    assert (summary["points"], summary["full_points"], summary["missing"]) == (3, 6, 0)
+    assert (summary["by_position"], summary["by_reference"], summary["unkeyed"]) == (2, 1, 0)
+
+
 def _confident_reply(items: list[dict], confidences: list[float]) -> str:
     """The reply of `items` with token logprobs (one token per character) that give each item's judgment the
     confidence asked for, as a vLLM or openai backend's reply carries them (gbtrain.metric.confidence)."""
