@@ -2643,7 +2643,6 @@ def review_sheet_cases(graded: Callable[[Env], None]) -> list[Case]:
         ("box-401-digits", dict(y2="9" * 401), r"y2 '9{30}.* is not a pixel position: write a number"),
         ("box-partial", dict(x1="", y1=""), r"give all four of x1, y1, x2, y2 \(in page pixels\), or none"),
         ("box-text", dict(x1="left"), r"x1 'left' is not a pixel position"),
-        ("blank-text-correct", dict(text="", correctness="right"), r"no transcription; .*correctness to unanswered"),
     ]
     bad_rows = [
         ("item-out-of-range", lambda rows: rows[0].update(reviewed="yes", item="99"),
@@ -2678,6 +2677,12 @@ def review_sheet_cases(graded: Callable[[Env], None]) -> list[Case]:
         Case("sheet-a-folder", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/sheet"],
              r"--reviewed \S+/sheet is a folder: pass the reviewed review\.csv",
              setup=chain(graded, make_dir("sheet")), outputs=()),
+        # a box the teacher did not transcribe: counted in the rate, its page not written as data (named with why)
+        Case("sheet-blank-text-correct", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", written__left_out=lambda v: len(
+                 v) == 1 and "has a box but no transcription" in v[0]["why"]),
+             setup=chain(graded, reviewed_sheet(lambda rows: ([r.update(reviewed="yes") for r in rows], rows[0].update(
+                 text="", correctness="right", question_id="1")))), outputs=("imported",)),
         Case("sheet-verdict-fullwidth", REVIEW, SHEET, code=0,
              check=report_has("imported/review_report.json", reviewed=2, changed=1),
              setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows), rows[0].update(

@@ -194,10 +194,6 @@ def sheet_grade(row: dict, item: dict, page: GradedPage, where: str, edits: list
                      _question_type(row.get("question_type"), where) or item.get("question_type"),
                      item.get("reference"), _number(row.get("score_2"), where, "score_2"),
                      (row.get("arbitration") or "").strip() or None)
-    blank = blank_answer_problem(teacher.text, teacher.verdict) if teacher.box is not None else None
-    if blank:
-        raise ValueError(f"{where}: no transcription; {blank}: write what the student wrote under text, or set "
-                         f"correctness to unanswered")
     if teacher.score_2 is not None and teacher.score is None:
         raise ValueError(f"{where}: score_2 (a second teacher's points) without score: fill score too")
     # (a full score without points: an item accepted whose model's score was no grade; it keeps no points)
@@ -342,10 +338,6 @@ def _graded(item, page: GradedPage, where: str) -> tuple[Graded, str | None]:
     graded = Graded([round(v, 1) for v in box.as_list()] if box.area > 0 else None, verdict, score, full, text,
                     (a.get("qid") or "").strip() or None, _question_type(a.get("type"), where),
                     (a.get("std") or "").strip() or None, None, (a.get("arbitration") or "").strip() or None)
-    blank = blank_answer_problem(text, verdict) if box.area > 0 else None
-    if blank and not _placeholder_left(item.region_id, graded, page):
-        raise ValueError(f"{where}: no transcription; {blank}: write the transcription, or label the box "
-                         f"unanswered, in Label Studio and export again")
     return graded, (a.get("reason") or "").strip() or None
 
 
@@ -495,15 +487,22 @@ def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
     out; in points where the teacher's score is given), its id the question id; and why the page cannot be training
     data as it stands (None when it can). Items given one question id are one group, as in GradingBench (an answer
     in two boxes), so they must agree on their points; an item with no question id (the model named none, and the
-    teacher gave none) has none to train on: the export's placeholders (`item<n>`) never become a question id."""
+    teacher gave none) has none to train on: the export's placeholders (`item<n>`) never become a question id; a
+    box with no transcription whose verdict is not unanswered (a teacher drew it and typed nothing) would teach a
+    blank answer: its grade counts in the report, its page is not data until it is transcribed."""
     marks = []
     for r in items:
         t = r.teacher
         if t is None or t.box is None:
             continue
+        where = (f"item {r.model['index'] + 1}" if r.model and r.model["index"] is not None else
+                 f"question {r.model['question_id']}" if r.model else "a region the teacher added")
         if not t.question_id:
-            where = f"item {r.model['index'] + 1}" if r.model else "a region the teacher added"
             return [], f"{where} has no question id: give it one in the review (the question it answers)"
+        blank = blank_answer_problem(t.text, t.verdict)  # the converters' rule: a box the teacher did not transcribe
+        if blank:
+            return [], (f"{where} (question {t.question_id}) has a box but no transcription ({blank}): type what the "
+                        f"student wrote, or give it the verdict unanswered")
         points = {"full_score": t.full_score, "score": t.score, "score_2": t.score_2,
                   "arbitration": t.arbitration} if None not in (t.score, t.full_score) else {}
         marks.append(Mark(points=rectangle(*t.box), label=t.verdict, raw_label=t.verdict, mark_id=t.question_id,

@@ -575,9 +575,6 @@ def test_every_correction_in_the_sheet_is_kept(graded, tmp_path):
     ({"full_score": "5"}, r"full_score 5 is not the answer key's 2: the key decides a question's points"),
     ({"row": 2, "score_2": "1"}, r"item 3\): score_2 \(a second teacher's points\) without score: fill score too"),
     ({"x1": ""}, r"give all four of x1, y1, x2, y2 \(in page pixels\), or none"),
-    # the converters' rule for a blank answer (gbtrain.data.annotations.blank_answer_problem), not a mark they refuse
-    ({"text": ""}, r"item 1\): no transcription; an answer left blank has the verdict unanswered: write what the "
-                   r"student wrote"),
     ({"x2": "-5"}, r"box \[.*\] is not a box on the 400x560 page"),
 ])
 def test_a_sheet_correction_that_cannot_be_kept_names_its_row(graded, tmp_path, edit, message):
@@ -590,6 +587,25 @@ def test_a_sheet_correction_that_cannot_be_kept_names_its_row(graded, tmp_path, 
     _write_sheet(reviewed, rows)
     with pytest.raises(ValueError, match=message):
         _import(graded, reviewed, tmp_path / "imported")
+
+
+def test_a_box_the_teacher_did_not_transcribe_counts_but_is_no_data(graded, tmp_path):
+    """Item 1's transcription emptied and page a otherwise accepted: the teacher's change counts in the rate, and
+    page a is left out of the data (the converters' rule for a blank answer: it would teach a blank), named with
+    why, rather than the whole import refused."""
+    export_review(ReviewRun("export", str(graded)))
+    with open(graded / "review" / "review.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r["reviewed"] = "yes" if r["page"] == "a.png" else ""
+    rows[0]["text"] = ""
+    reviewed = tmp_path / "reviewed.csv"
+    _write_sheet(reviewed, rows)
+    rep = _import(graded, reviewed, tmp_path / "imported")
+    assert rep["changes"]["transcription"] == 1 and rep["reviewed"] == 3
+    assert rep["written"]["left_out"] == [{"page": "a.png", "why": "item 1 (question 1) has a box but no transcription "
+                                           "(an answer left blank has the verdict unanswered): type what the student "
+                                           "wrote, or give it the verdict unanswered"}]
 
 
 def test_scores_that_are_no_grade_are_not_taken_as_the_teachers(tmp_path, budget, monkeypatch):
