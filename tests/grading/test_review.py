@@ -366,10 +366,7 @@ def test_a_review_accepted_as_the_model_left_it_imports_and_placeholders_never_t
         for r in rows:
             r["reviewed"] = "yes"
         reviewed = tmp_path / "reviewed.csv"
-        with open(reviewed, "w", encoding="utf-8", newline="") as f:
-            w = csv.DictWriter(f, list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        _write_sheet(reviewed, rows)
     out = tmp_path / "imported"
     rep = _import(graded, reviewed, out)
     assert (rep["reviewed"], rep["unreviewed"]) == ((4, 1) if tool == "labelstudio" else (5, 0))
