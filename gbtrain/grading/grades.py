@@ -1,5 +1,5 @@
-"""A page's reply read into graded items (boxes in page pixels, points, confidences, review marks), its totals,
-and the page file that marks it done."""
+"""A page's reply read into graded items (boxes in page pixels, questions, points, confidences, review marks), what
+the page holds by itself, and the page file that marks it done (its document's totals: grading.documents)."""
 
 from __future__ import annotations
 
