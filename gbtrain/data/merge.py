@@ -113,11 +113,13 @@ def merge_sources(sources: list[Source], rule: SplitRule, lenient: bool) -> Merg
         for page, content in hashes.items():
             newest[content] = k
             oldest.setdefault(content, (k, page))
-    originals = {content: _original(loaded[k], page) for content, (k, page) in oldest.items()}
+    pages = [_pages(levels) for levels in loaded]
+    originals = {content: pages[k].get(page) for content, (k, page) in oldest.items()}
     merged = Merged({level: [] for level in (L1, L2, L3)}, loaded, sources)
     merged.replaced = [{"page": page, "folder": str(sources[k].folder), "by": str(sources[newest[content]].folder)}
                        for k, hashes in enumerate(page_hash) for page, content in hashes.items()
                        if newest[content] != k]
+    kept: dict[tuple[str, str], str] = {}  # (folder, page) -> the split key it keeps, once per page
     for k, (source, levels) in enumerate(zip(sources, loaded, strict=True)):
         for level, ld in levels.items():
             for r in ld.records:
@@ -131,18 +133,16 @@ def merge_sources(sources: list[Source], rule: SplitRule, lenient: bool) -> Merg
                 merged.source_of[key] = k
                 if content is not None and oldest[content][0] != k and originals[content] is not None:
                     merged.split_key[key] = rule.key(originals[content])
-                    if level in (L3, L2) and not any(p["page"] == r.page_id for p in merged.kept_splits
-                                                     if p["folder"] == str(source.folder.resolve())):
-                        merged.kept_splits.append({"folder": str(source.folder.resolve()), "page": r.page_id,
-                                                   "key": merged.split_key[key]})
+                    kept[(str(source.folder.resolve()), r.page_id)] = merged.split_key[key]
     merged.records = {level: rs for level, rs in merged.records.items() if rs}
+    merged.kept_splits = [{"folder": folder, "page": page, "key": key} for (folder, page), key in kept.items()]
     return merged
 
 
-def _original(levels: dict, page: str) -> Record | None:
-    """A folder's L3 (else L2) record of `page`: what its split was decided by."""
+def _pages(levels: dict) -> dict[str, Record]:
+    """A folder's pages by page id: each one's L3 record, else its first L2 (what its split is decided by)."""
+    found: dict[str, Record] = {}
     for level in (L3, L2):
         for r in levels[level].records if level in levels else []:
-            if r.page_id == page:
-                return r
-    return None
+            found.setdefault(r.page_id, r)
+    return found

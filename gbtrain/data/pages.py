@@ -4,10 +4,13 @@ generator, the converters and the review import all write pages through here."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from PIL import Image
 
 from gbtrain.schema import Box, Mark, Record
 from gbtrain.text import safe_name
@@ -23,6 +26,17 @@ def l1_crop(region: Box, width: int, height: int) -> Box:
 
 
 Crop = tuple[int, int, int, int]  # an L1 crop's (x, y, width, height) on its page
+
+
+L1_JPEG_QUALITY = 92  # an L1 crop's encoding
+
+
+def crop_jpeg(image: Image.Image, crop: Crop) -> bytes:
+    """An L1 crop of a page image, (x, y, width, height) in its pixels, encoded as every writer of pages stores it."""
+    x, y, w, h = crop
+    buf = io.BytesIO()
+    image.crop((x, y, x + w, y + h)).convert("RGB").save(buf, format="JPEG", quality=L1_JPEG_QUALITY)
+    return buf.getvalue()
 
 
 def question_of_mark(mark_id: str) -> str:

@@ -202,17 +202,24 @@ def grading_prompt(coords: str, key: AnswerKey | None) -> str:
                                key_points(key) or None)
 
 
-def question_of(item: PredictedItem, key: AnswerKey | None,
-                asked: AnswerKey | None = None) -> tuple[str | None, str | None]:
+def key_ids(key: AnswerKey | None) -> dict[str, str]:
+    """The key's questions by their ids as compared (gbtrain.values.question_id_key): made once per page, not per
+    item, so that a reply of many items against a long key stays linear."""
+    return {question_id_key(q.qid): q.qid for q in key or []}
+
+
+def question_of(item: PredictedItem, key: AnswerKey | None, asked: AnswerKey | None = None,
+                ids: dict[str, str] | None = None) -> tuple[str | None, str | None]:
     """The question an item answers and how it was found: ("id") the id the model wrote, read as a page prints it
     (gbtrain.values.question_id_key: `Q5`, `第五题` and `5.` are key question 5) or, without a key, as written; else
     ("reference") the one question of `asked` (the questions its page was asked for; by default the key's) whose
     reference the item's answer repeats (read by the reference's type, exactly: "(B)" repeats B, "1/2" repeats
-    0.5), a fallback the tables count; else the id the model wrote, if any, matched to nothing (None)."""
+    0.5), a fallback the tables count; else the id the model wrote, if any, matched to nothing (None). `ids`: the
+    key's key_ids, where the caller has them."""
     given = item.question_id
     if key is None:
         return given, "id" if given else None
-    found = {question_id_key(q.qid): q.qid for q in key}.get(question_id_key(given)) if given else None
+    found = (key_ids(key) if ids is None else ids).get(question_id_key(given)) if given else None
     if found is not None:
         return found, "id"
     matches = [q.qid for q in (key if asked is None else asked) if q.answer is not None and answers_equivalent(

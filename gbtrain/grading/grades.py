@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gbtrain.coords import PixelBudget
 from gbtrain.files import read_json
-from gbtrain.grading.answer_key import AnswerKey, asked_ids, by_position, question_of
+from gbtrain.grading.answer_key import AnswerKey, asked_ids, by_position, key_ids, question_of
 from gbtrain.grading.pages import LoadedPage, Page, PageSize
 from gbtrain.metric import confidence
 from gbtrain.metric.parsing import normalize_items, parse_points, parse_response
@@ -47,7 +47,8 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
     normalized = normalize_items(parsed.items)
     confidence.annotate(normalized, reply, logprobs)
     boxed = list(item_boxes(normalized, PageSize(width, height), opts))
-    found = [question_of(ib.item, key, asked) for ib in boxed]
+    ids = key_ids(key)
+    found = [question_of(ib.item, key, asked, ids) for ib in boxed]
     found = by_position(found, key if asked is None else asked)
     items = []
     for ib, (qid, matched_by) in zip(boxed, found, strict=True):

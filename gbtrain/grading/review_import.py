@@ -29,7 +29,7 @@ from gbtrain.data.converters.labelstudio import (
     teacher_of,
 )
 from gbtrain.data.converters.sources import rectangle
-from gbtrain.data.pages import Crop, PageOutput, question_records, write_page
+from gbtrain.data.pages import Crop, PageOutput, crop_jpeg, question_records, write_page
 from gbtrain.files import write_atomic
 from gbtrain.grading.review import (
     CONFIG,
@@ -521,13 +521,8 @@ def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
 def _crops(image: bytes, crops: list[tuple[Record, Crop]]) -> list[tuple[Record, bytes]]:
     """Each L1 record with its crop of the page image, as JPEG (as the converters write crops)."""
     with Image.open(io.BytesIO(image)) as page:
-        page = page.convert("RGB")
-        out = []
-        for record, (x, y, w, h) in crops:
-            buf = io.BytesIO()
-            page.crop((x, y, x + w, y + h)).save(buf, format="JPEG", quality=92)
-            out.append((record, buf.getvalue()))
-    return out
+        page.load()
+        return [(record, crop_jpeg(page, crop)) for record, crop in crops]
 
 
 def write_pages(review: Review, images: Path, out: Path, subject: str) -> dict:

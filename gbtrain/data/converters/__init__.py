@@ -12,7 +12,6 @@ strict reader before the report says it is complete.
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from gbtrain.data.converters import coco, cvat, labelme, labelstudio
 from gbtrain.data.converters.build import ImageFinder, PagePlanner, PartialPage, Plan
 from gbtrain.data.converters.mapping import FORMATS, ConvertMapping, load_mapping
 from gbtrain.data.converters.sources import SourcePage
-from gbtrain.data.pages import PageOutput, write_page
+from gbtrain.data.pages import PageOutput, crop_jpeg, write_page
 from gbtrain.files import read_json
 from gbtrain.outputs import CONVERT_REPORT, claim_rebuilt_folder, overlapping, require_out
 from gbtrain.vocabulary import L1, L2, L3
@@ -132,12 +131,6 @@ def convert(export: str | Path, mapping: ConvertMapping, out: str | Path, images
     return report
 
 
-def _jpeg(image) -> bytes:
-    buf = io.BytesIO()
-    image.convert("RGB").save(buf, format="JPEG", quality=92)
-    return buf.getvalue()
-
-
 def _write(plan: Plan, out: Path, progress: bool) -> dict[str, int]:
     """Replace OUT's images, annotations and manifest (the report is marked unfinished until the end); return the
     records per level as the strict reader reads them back. A page left out of L3 keeps its file only as the L2
@@ -149,7 +142,7 @@ def _write(plan: Plan, out: Path, progress: bool) -> dict[str, int]:
             shutil.rmtree(out / name)
     for page in tqdm(plan.pages, desc="pages", disable=not progress):
         image = page.image.load()
-        crops = [(record, _jpeg(image.crop((x, y, x + w, y + h)))) for record, (x, y, w, h) in page.l1]
+        crops = [(record, crop_jpeg(image, crop)) for record, crop in page.l1]
         write_page(out, PageOutput(page.page_id, page.l3.subject, page.image.page_bytes(image), page.l3, page.l2,
                                     crops))
         if not page.in_l3:  # the L2 file is a link to (or a copy of) it, and stays

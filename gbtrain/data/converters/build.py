@@ -360,14 +360,14 @@ def _numbered(answers: list[tuple[SourceItem, Mark]], regions: list[_Region]) ->
     def reading(box: Box) -> tuple[float, float]:
         return box.y1, box.x1
 
-    for k, r in enumerate(sorted(regions, key=lambda r: reading(r.box)), start=1):
+    in_order = sorted(regions, key=lambda r: reading(r.box))
+    for k, r in enumerate(in_order, start=1):
         r.qid = r.qid or f"{UNNUMBERED}{k}"
     ordered = sorted(range(len(answers)), key=lambda i: reading(answers[i][1].box))
     if not regions:
         names = {i: f"{UNNUMBERED}{k}" for k, i in enumerate(ordered, start=1)}
     else:
-        owner = {i: next((r.qid for r in sorted(regions, key=lambda r: reading(r.box)) if r.holds(answers[i][1].box)),
-                         None) for i in ordered}
+        owner = {i: next((r.qid for r in in_order if r.holds(answers[i][1].box)), None) for i in ordered}
         names = {}
         for qid in dict.fromkeys(q for q in owner.values() if q is not None):
             mine = [i for i in ordered if owner[i] == qid]

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from gbtrain.config import option
 from gbtrain.data.annotations import write_level, write_manifest
-from gbtrain.data.pages import PageOutput, l1_crop, write_page
+from gbtrain.data.pages import PageOutput, crop_jpeg, l1_crop, write_page
 from gbtrain.data.synth import artifacts
 from gbtrain.data.synth.banks import CHOICE, FILL, QUESTION_TYPES, RUBRICS, TF, make_question
 from gbtrain.data.synth.render import DrawnAnswer, DrawnQuestion, question_mix, render_clean_page
@@ -194,10 +194,8 @@ def generate_page(seed: int, index: int, options: SynthOptions = SynthOptions())
         cx, cy = round(crop.x1), round(crop.y1)
         cw, ch = round(crop.x2) - cx, round(crop.y2) - cy
         shifted = [m.moved(cx, cy, 1) for m in answers]
-        buf = io.BytesIO()
-        page_image.crop((cx, cy, cx + cw, cy + ch)).save(buf, format="JPEG", quality=92)
         l1.append((Record(f"{page_id}_q{q.number}", L1, subject, f"{subject}/{page_id}_q{q.number}.jpg",
-                          cw, ch, shifted, page=page_id), buf.getvalue()))
+                          cw, ch, shifted, page=page_id), crop_jpeg(page_image, (cx, cy, cw, ch))))
     l3 = Record(page_id, L3, subject, rel, w, hh, all_marks)
     return PageOutput(page_id, subject, page_jpeg, l3, l2, l1)
 
