@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from gbtrain.files import write_atomic, write_table
-from gbtrain.grading.answer_key import AnswerKey
+from gbtrain.grading.answer_key import AnswerKey, KeyQuestion
 from gbtrain.grading.documents import assign_document, documents_of
 from gbtrain.grading.grades import page_file, read_page_file
 from gbtrain.grading.pages import Page
@@ -59,10 +59,9 @@ def _document_row(records: list[dict], page_rows: list[dict], questions: list[di
     return row
 
 
-def _missing(row: dict, records: list[dict], key: AnswerKey) -> dict:
+def _missing(q: KeyQuestion, records: list[dict]) -> dict:
     """A keyed question found on no page of its document, and the page a teacher is asked to look for it on: the
     page the key states, where the document has it, else the document's first (pages graded with an error aside)."""
-    q = next(q for q in key if q.qid == row["question_id"])
     shown = [r for r in records if r["status"] != "error"] or records  # a page graded with an error is not reviewed
     page = next((r for r in shown if q.page is not None and r["document_page"] == q.page), shown[0])
     return {"document": page["document"], "question_id": q.qid, "page": page["page"], "full_score": q.full_score,
@@ -98,8 +97,10 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
     write_table(out / "totals.csv", TOTAL_COLUMNS, per_page)
     write_table(out / "questions.csv", QUESTION_COLUMNS, [{"document": d, "student": student_of[d], **q}
                                                          for d, rows in questions.items() for q in rows])
-    per_document = {d: _document_row(rs, [p for p in per_page if p["document"] == d], questions[d], key is not None)
-                    for d, rs in by_document.items()}
+    rows_of: dict[str, list[dict]] = {}
+    for row in per_page:
+        rows_of.setdefault(row["document"], []).append(row)
+    per_document = {d: _document_row(rs, rows_of[d], questions[d], key is not None) for d, rs in by_document.items()}
     write_table(out / "documents.csv", ("document", *GROUP_COLUMNS), [{"document": k, **v}
                                                                      for k, v in per_document.items()])
     per_student = ({student_of[d]: row for d, row in per_document.items()} if students else None)  # one document each
@@ -108,8 +109,9 @@ def write_tables(out: Path, pages: list[Page], unreadable: list[dict], identity:
                                                                        for k, v in per_student.items()])
     else:  # an earlier run's, made with students this run was not given: it would not match the other tables
         (out / "students.csv").unlink(missing_ok=True)
-    missing = [_missing(q, by_document[d], key) for d, rows in questions.items() for q in rows
-               if q["status"] == "missing"]
+    keyed = {q.qid: q for q in key or []}
+    missing = [_missing(keyed[row["question_id"]], by_document[d]) for d, rows in questions.items() for row in rows
+               if row["status"] == "missing"]
     items = [it for r in records for it in r["items"]]
     unkeyed = Counter(it.get("printed_id") or "(none)" for it in items if key and not it.get("matched_by"))
     summary = {"run": identity, "pages": len(records), **{k: _sum(list(per_document.values()), k) for k in COUNTS},
