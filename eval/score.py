@@ -55,7 +55,8 @@ def main() -> None:
           f"missing {cov['missing']}, unparsable {cov['unparsable']}, unexpected {cov['unexpected']} -> {run.out}")
     soft, gate = report["soft_scores"], report["answer_gate"]
     print("soft scores: " + ", ".join(f"{k} {v:.4f}" for k, v in soft.items() if v is not None)
-          + (f"; answers decided by rule {gate['by_rule']}, by the judge {gate['by_judge']}" if run.mode ==
+          + (f"; answers decided by rule {gate['by_rule']}, by the judge {gate['by_judge']}, undecided "
+             f"{gate['undecided']} (failed); {gate['no_reference']} groups without a reference answer" if run.mode ==
              "answer-free" else ""))
     points = report["points"]
     if points:

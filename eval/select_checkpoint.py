@@ -4,13 +4,14 @@ accuracy and mAP by step, and name the best one.
     python eval/select_checkpoint.py --run runs/sft-7b-lora --data DATA --out runs/select-7b-lora \
         [--settings L1-af,L3-ab] [--split validation|test|all] [--limit N] [--metric accuracy|map] \
         [--backend vllm|hf] [--no-keep-merged] [--copy-best runs/sft-7b-best] \
-        [--target-accuracy 0.95 | --review-budget 0.2]
+        [--target-accuracy 0.95 | --review-budget 0.2 | --max-error 0.05 [--delta 0.05] [--certify items|points]]
 
 Every checkpoint-N folder of --run (and its final model when no checkpoint has its step) is evaluated like
 eval/run_eval.py on the pages of --data that the training build put in --split (a LoRA checkpoint merged into its
 base under OUT/merged first); OUT/<checkpoint>/ holds each evaluation, OUT/selection.csv, selection.md,
-selection.png and selection.json the table, the plot and the best. With --target-accuracy or --review-budget, the
-review threshold of selective grading is chosen on the best checkpoint's evaluation of each L3 setting and recorded
+selection.png and selection.json the table, the plot and the best. With --target-accuracy, --review-budget or
+--max-error (certified over the validation pages, at --delta divided among the checkpoints compared), the review
+threshold of selective grading is chosen on the best checkpoint's evaluation of each L3 setting and recorded
 in OUT/selective_threshold.json and the --copy-best folder, where eval/grade_pages.py applies it. A rerun evaluates
 only what is not scored yet; one with other inputs or settings is refused (--overwrite discards the earlier work).
 """

@@ -82,7 +82,7 @@ _CHINESE_NUMERAL = re.compile(rf"(?:({_DIGIT})百)?零?(?:({_DIGIT})?(十))?({_D
 MAX_ID_LENGTH = 40  # longer text is no printed question number: compared as written
 
 
-def _chinese_number(text: str) -> int | None:
+def chinese_number(text: str) -> int | None:
     """A Chinese numeral up to 999 (`五`, `十二`, `二十`, `一百零五`) as an integer; None when it is not one."""
     if all(c in _CHINESE_DIGITS for c in text):  # digit by digit, as 一〇 for 10
         return int("".join(str(_CHINESE_DIGITS[c]) for c in text))
@@ -126,7 +126,7 @@ def question_id_parts(text: str) -> tuple[str, ...] | None:
                 return None
             parts.append(token.lower())
         else:
-            number = _chinese_number(token)
+            number = chinese_number(token)
             if number is None:
                 return None
             parts.append(str(number))

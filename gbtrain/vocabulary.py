@@ -21,8 +21,9 @@ THREE_TURN_SUFFIX = "-3t"
 
 # The one list of words meaning true / false: true/false answers (gbtrain.metric.judges) and the model's right/wrong
 # judgments (gbtrain.metric.parsing, which adds the digits and the cross that only a judgment can mean).
-TRUE_WORDS = frozenset({"true", "t", "yes", "y", "right", "correct", "对", "正确", "√", "✓", "✔"})
-FALSE_WORDS = frozenset({"false", "f", "no", "n", "wrong", "incorrect", "错", "错误", "×", "✗", "✘"})
+TRUE_WORDS = frozenset({"true", "t", "yes", "y", "right", "correct", "对", "正确", "是", "√", "✓", "✔"})
+FALSE_WORDS = frozenset({"false", "f", "no", "n", "wrong", "incorrect", "错", "错误", "不对", "不正确", "否", "不是",
+                         "×", "✗", "✘"})
 
 
 def setting_name(level: str, mode: str, three_turn: bool = False) -> str:

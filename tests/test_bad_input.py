@@ -494,7 +494,8 @@ def score_cases() -> list[Case]:
         Case("hostile-fence-flood", SCORE, score_args(), code=0, check=unparsable(1), limit_s=HOSTILE_S,
              setup=predictions(good(0), reply(1, "```json\n" * 100_000))),
         Case("hostile-1e999999999-answer", SCORE, score_args(mode="answer-free"), code=0, limit_s=HOSTILE_S,
-             check=report_has("out/report.json", coverage__unparsable=0, answer_gate__by_rule=lambda n: n >= 1),
+             # a number too large to compute exactly: undecided (failed and counted), not read as another value
+             check=report_has("out/report.json", coverage__unparsable=0, answer_gate__undecided=lambda n: n >= 1),
              setup=predictions(items_with(0, answer='"1e999999999"'), items_with(1, answer="1e999999999"))),
         # a box no pixel can be: the item counts as having no valid box (name, bbox_2d, time limit)
         *[Case(f"hostile-{name}-box", SCORE, score_args(), code=0, limit_s=limit_s,
@@ -2909,6 +2910,7 @@ def selective_cases() -> list[Case]:
         ("review-budget-nan", ("--review-budget", "nan"), r"--review-budget nan: "),
         ("two-rules", ("--max-error", "0.05", "--target-accuracy", "0.9"),
          r"--target-accuracy and --max-error: give one"),
+        ("certify-alone", ("--certify", "points"), r"--certify points: give --max-error too"),
     ]
     return [
         *[Case(f"selective-{name}", SELECT, select_args(*flags), message, setup=training_run(), outputs=())
@@ -3187,7 +3189,7 @@ def stats_say(want: Callable[[dict], bool], what: str) -> Callable[[Env, str], s
         if not path.is_file():
             return "out/stats.json was not written"
         stats = json.loads(path.read_text(encoding="utf-8"))
-        shown = json.dumps({k: stats.get(k) for k in ("sources", "replaced_pages", "kept_splits")})[:400]
+        shown = json.dumps({k: stats.get(k) for k in ("sources", "replaced_pages", "pages_by_split")})[:400]
         return None if want(stats) else f"stats.json does not show {what}: {shown}"
     return check
 
@@ -3237,8 +3239,8 @@ def multi_source_cases() -> list[Case]:
              setup=chain(data(pages), data(pages, name="newer"), other_pixels("newer"))),
         Case("two-folders-page-in-two-splits", BUILD, build_args(*both, "test_share=0.5", "validation_share=0",
                                                                    data="{box}/data"), code=0,
-             check=stats_say(lambda s: len(s["replaced_pages"]) == 1 and len(s["kept_splits"]) == 1,
-                             "the renamed page in its old split"),
+             check=stats_say(lambda s: len(s["replaced_pages"]) == 1 and sum(s["pages_by_split"].values()) == 1,
+                             "the renamed page taken once"),
              setup=chain(data(pages), data(pages, name="newer"), renamed_page("newer", "scan_0042"))),
         Case("more-data-not-a-gradingbench-folder", BUILD, build_args("--data", "{box}/notes", data="{box}/data"),
              r"no L1/L2/L3 annotation files", setup=chain(data(pages), write("notes/readme.txt", "notes")),

@@ -77,7 +77,7 @@ def test_readme_commands_in_a_clean_environment(first_steps, tmp_path):
     assert {k: reports["sft"]["meta"][k] for k in ("coords", "min_pixels", "max_pixels")} == {
         "coords": "rel1000", "min_pixels": 3136, "max_pixels": 50176}
     assert all(set(r["settings"]) == {"L1-af", "L3-ab"} for r in reports.values())
-    assert {r["meta"]["held_out"]["split"] for r in reports.values()} == {"test"}
+    assert {r["meta"]["held_out"]["split"] for r in reports.values()} == {"auto"}
 
     scored = tmp_path / "L3-ab.json"
     printed = run(["python", "eval/score.py", "--data", pages, "--level", "L3", "--mode", "answer-based",

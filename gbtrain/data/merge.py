@@ -11,14 +11,12 @@ more (or less) likely to be drawn when a level has more records than the mix ask
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PIL import Image
-
 from gbtrain.data import annotations
+from gbtrain.data.contents import pixels_sha256
 from gbtrain.data.splits import SplitRule
 from gbtrain.schema import Record
 from gbtrain.text import safe_name
@@ -47,7 +45,6 @@ class Merged:
     source_of: dict[RecordKey, int] = field(default_factory=dict)
     split_key: dict[RecordKey, str] = field(default_factory=dict)  # a replacing page's: the original's split key
     replaced: list[dict] = field(default_factory=list)  # {"page", "folder", "by"}: an older folder's page left out
-    kept_splits: list[dict] = field(default_factory=list)  # {"folder", "page", "key"}: a replacing page's split key
 
     def weight(self, record: Record) -> float:
         return self.sources[self.source_of.get((record.level, record.record_id), 0)].weight
@@ -80,16 +77,6 @@ def sources_of(data: str, more_data: list[str], weights: list[float]) -> list[So
             for k, folder in enumerate(folders)]
 
 
-def _pixels(path: Path) -> str:
-    """The identity of a page image: its size, mode-independent RGB pixels, hashed."""
-    try:
-        with Image.open(path) as im:
-            rgb = im.convert("RGB")
-    except (OSError, SyntaxError, Image.DecompressionBombError) as e:
-        raise ValueError(f"{path}: cannot be read ({e})") from None
-    return hashlib.sha256(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes()).hexdigest()
-
-
 def merge_sources(sources: list[Source], rule: SplitRule, lenient: bool) -> Merged:
     """Read every folder (annotations.load_dataset, strict unless `lenient`) and take each page once (the module's
     docstring). One folder is read as it is: nothing is hashed or renamed."""
@@ -100,12 +87,11 @@ def merge_sources(sources: list[Source], rule: SplitRule, lenient: bool) -> Merg
     page_hash: list[dict[str, str]] = []
     for source, levels in zip(sources, loaded, strict=True):
         hashes: dict[str, str] = {}
-        files: dict[Path, str] = {}
         for level in (L3, L2):
             for r in levels[level].records if level in levels else []:
                 path = annotations.image_path(source.folder, r)
                 if r.page_id not in hashes:
-                    hashes[r.page_id] = files.setdefault(path.resolve(), _pixels(path))
+                    hashes[r.page_id] = pixels_sha256(path)
         page_hash.append(hashes)
     newest: dict[str, int] = {}  # content -> the newest folder that has it
     oldest: dict[str, tuple[int, str]] = {}  # content -> (the oldest folder that has it, its page id there)
@@ -119,7 +105,6 @@ def merge_sources(sources: list[Source], rule: SplitRule, lenient: bool) -> Merg
     merged.replaced = [{"page": page, "folder": str(sources[k].folder), "by": str(sources[newest[content]].folder)}
                        for k, hashes in enumerate(page_hash) for page, content in hashes.items()
                        if newest[content] != k]
-    kept: dict[tuple[str, str], str] = {}  # (folder, page) -> the split key it keeps, once per page
     for k, (source, levels) in enumerate(zip(sources, loaded, strict=True)):
         for level, ld in levels.items():
             for r in ld.records:
@@ -133,9 +118,7 @@ def merge_sources(sources: list[Source], rule: SplitRule, lenient: bool) -> Merg
                 merged.source_of[key] = k
                 if content is not None and oldest[content][0] != k and originals[content] is not None:
                     merged.split_key[key] = rule.key(originals[content])
-                    kept[(str(source.folder.resolve()), r.page_id)] = merged.split_key[key]
     merged.records = {level: rs for level, rs in merged.records.items() if rs}
-    merged.kept_splits = [{"folder": folder, "page": page, "key": key} for (folder, page), key in kept.items()]
     return merged
 
 

@@ -6,6 +6,7 @@ which are relative to OUT so that the folder can be moved or copied whole, into 
     OUT/dataset_dict.json, train/, validation/, test/   the conversations
     OUT/images/<level>/<subject>/<file>.jpg              each image once (rows refer to it as images/<level>/...)
     OUT/card.md, OUT/stats.json, OUT/build_config.yaml   what was built, counted
+    OUT/contents.json                                    every image read, by its pixels, with its split
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from gbtrain.config import below_minimum, load_yaml, out_of_bounds, to_yaml
 from gbtrain.coords import CONVENTIONS, DEFAULT_L2_MARGIN, PixelBudget
 from gbtrain.data.build_config import BuildConfig
+from gbtrain.data.contents import BuildContents, contents_of, hash_all, write_contents
 from gbtrain.data.conversations import Conversation, build_conversation, with_image_placeholder
 from gbtrain.data.merge import Merged, merge_sources, sources_of
 from gbtrain.data.splits import SPLITS, SplitRule
@@ -54,11 +56,9 @@ def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig, merged
     rule = SplitRule.of(cfg)
     by_split: dict[str, dict[str, list[Record]]] = {s: {lvl: [] for lvl in LEVELS} for s in SPLITS}
     pages: dict[str, set[str]] = {s: set() for s in SPLITS}
-    keys = merged.split_key if merged else {}
     for level, records in records_by_level.items():
         for r in records:
-            key = keys.get((r.level, r.record_id))
-            s = rule.split(r) if key is None else rule.split_key(key)
+            s = record_split(r, rule, merged)
             by_split[s][level].append(r)
             pages[s].add(r.page_id)
     total_pages = sum(len(p) for p in pages.values()) or 1
@@ -75,6 +75,34 @@ def plan_mix(records_by_level: dict[str, list[Record]], cfg: BuildConfig, merged
                     if quota > take:
                         plan.shortfall[(split, level, mode, 3 if three_turn else 1)] += quota - take
     return plan
+
+
+def record_split(record: Record, rule: SplitRule, merged: Merged | None) -> str:
+    """The split of a build's record: its page's (or group's) by the rule, or, for a page that replaced an older
+    folder's copy, the split that copy had."""
+    key = merged.split_key.get((record.level, record.record_id)) if merged else None
+    return rule.split(record) if key is None else rule.split_key(key)
+
+
+def group_key(record: Record, rule: SplitRule, merged: Merged | None) -> str:
+    """What the rule hashes for a build's record (its group or page, or the older copy's)."""
+    key = merged.split_key.get((record.level, record.record_id)) if merged else None
+    return rule.key(record) if key is None else key
+
+
+def build_contents(merged: Merged, rule: SplitRule, workers: int) -> BuildContents:
+    """Every image the build read, at every level, by its pixels, with its split; each group's split where the
+    build names groups: what evaluation asks to decide which pages were trained on (gbtrain.data.contents)."""
+    records = [r for recs in merged.records.values() for r in recs]
+    paths = {}
+    for r in records:
+        source, level, image = merged.image_in_build(r)
+        paths[(r.level, r.record_id)] = merged.image_file(level, image, source)
+    hashes = hash_all(paths.values(), workers)
+    splits = [(hashes[paths[(r.level, r.record_id)]], record_split(r, rule, merged)) for r in records]
+    groups = {group_key(r, rule, merged): split for r, (_, split) in zip(records, splits, strict=True)} \
+        if rule.group else {}
+    return contents_of(splits, rule.group, groups.items())
 
 
 def _draw(rng: random.Random, pool: list[Record], take: int, merged: Merged | None) -> list[Record]:
@@ -249,6 +277,7 @@ def build_sft_dataset(cfg: BuildConfig, progress: bool = True) -> dict:
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                                     encoding="utf-8")
     (out / "card.md").write_text(render_card(stats), encoding="utf-8")
+    write_contents(out, build_contents(merged, SplitRule.of(cfg), cfg.workers))
     (out / "build_config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
     return stats
 
@@ -294,9 +323,6 @@ def _stats(cfg: BuildConfig, merged: Merged, plan: Plan, rows: list[dict], dropp
         # annotation), counted by level: such a record teaches "nothing to grade here"
         "empty_targets": dict(sorted(Counter(r["level"] for r in rows
                                              if not record_index[(r["level"], r["record_id"])].groups).items())),
-        # pages split as an older folder's copy was: an evaluation of their own folder asks here (data.held_out)
-        "kept_splits": [{"folder": p["folder"], "page": p["page"], "split": SplitRule.of(cfg).split_key(p["key"])}
-                        for p in merged.kept_splits],
         "config": {"target_count": cfg.target_count, "coords": cfg.coords, "seed": cfg.seed,
                    "min_pixels": cfg.vision.min_pixels, "max_pixels": cfg.vision.max_pixels,
                    "max_length": cfg.max_length, "tokenizer": cfg.tokenizer},
@@ -410,17 +436,6 @@ def _with_image_files(split, name: str, out: Path):
     columns = split.column_names  # the build's order, which an export keeps
     return split.remove_columns("images").add_column("images", paths, feature=split.features["images"]).select_columns(
         columns)
-
-
-def kept_splits(out: str | Path, data: str | Path) -> dict[str, str]:
-    """The pages of folder `data` that a build of several folders split as an older folder's copy of them: page id
-    -> split (empty for a build of one folder, or one made before several)."""
-    try:
-        stats = json.loads((Path(out) / "stats.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    folder = str(Path(data).resolve())
-    return {p["page"]: p["split"] for p in stats.get("kept_splits") or [] if p.get("folder") == folder}
 
 
 def finished_build(out: str | Path):

@@ -278,15 +278,18 @@ def soft_table(settings: dict[str, dict]) -> list[str]:
         return "–" if value is None else f"{100 * value:.1f}"
     lines = ["", "## Soft scores (docs/metric.md#the-metric)", "",
              "Token F1 and ANLS of the transcriptions and of the derived answers, in % (an unmatched group scores 0); "
-             "answers decided by their type's rule / by the judge (answer-free).", "",
-             "| setting | text F1 | text ANLS | answer F1 | answer ANLS | answers: rule / judge |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "answers decided by their type's rule / by the judge / by neither (undecided: failed, never passed as "
+             "equal), answer-free; groups whose reference is the data's placeholder (答案暂无: no answer gate).", "",
+             "| setting | text F1 | text ANLS | answer F1 | answer ANLS | answers: rule / judge / undecided | no "
+             "reference |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, s in rows.items():
         soft, gate = s["soft_scores"], s.get("answer_gate") or {}
-        decided = f"{gate['by_rule']} / {gate['by_judge']}" if gate.get("by_rule", 0) + gate.get("by_judge", 0) \
-            else "–"
+        counts = [gate.get(k, 0) for k in ("by_rule", "by_judge", "undecided")]
+        decided = " / ".join(map(str, counts)) if any(counts) else "–"
         lines.append(f"| {name} | " + " | ".join(pct(soft[k]) for k in ("text_f1", "text_anls", "answer_f1",
-                                                                       "answer_anls")) + f" | {decided} |")
+                                                                       "answer_anls"))
+                     + f" | {decided} | {gate.get('no_reference', '–')} |")
     return lines
 
 
@@ -470,6 +473,14 @@ METRICS = ("accuracy", "localized", "recognized", "reasoned", "map_20_50")
 GATE_KEYS = ("answer_tolerance", "rule_first", "ignore_missing")  # run_eval's meta: how its answers were scored
 
 
+def _records_evaluated(meta: dict) -> dict:
+    """Which records of the folder a report scored: its split and the build that decided it, by the build's
+    contents where the report records them (a copy of the build elsewhere is the same build), else its path."""
+    held = meta.get("held_out") or {}
+    build = held.get("contents_sha256") or held.get("build")
+    return {"split": held.get("split"), "build": build}
+
+
 def comparison_problems(base: dict, sft: dict) -> list[str]:
     """Why two reports cannot be compared: other annotations, record limit, judge, scorer or its gate options (the
     answer tolerance, whether the rule decides first, whether missing replies count), other records of the folder
@@ -479,7 +490,7 @@ def comparison_problems(base: dict, sft: dict) -> list[str]:
                 for key in ("annotations_sha256", "limit", "judge", "scorer_sha256", "point_bands", "large_error",
                             *GATE_KEYS)
                 if base["meta"].get(key) != sft["meta"].get(key)]
-    records = [{k: (report["meta"].get("held_out") or {}).get(k) for k in ("split", "build")} for report in (base, sft)]
+    records = [_records_evaluated(report["meta"]) for report in (base, sft)]
     if records[0] != records[1]:
         problems.append(redact(f"records evaluated: {records[0]} vs {records[1]} (evaluate both with the same --split "
                                f"and --build)"))

@@ -133,9 +133,8 @@ def evaluate_checkpoint(run: EvalRun, progress: bool = True) -> dict:
         claim_output_folder(out, identity, run.overwrite)  # before any model starts
         ev, diagnostics = run_settings(run, plan, progress)
         scored = {s.name: ev.score(s, plan.judge) for s in plan.settings}
-        trained = plan.held_out.training_records([r for level in sorted({s.level for s in plan.settings})
-                                                  for r in ev.records(level)])
-        meta = run_meta(run, plan, identity) | {"held_out": plan.held_out.record(trained)}
+        evaluated = [r for level in sorted({s.level for s in plan.settings}) for r in ev.records(level)]
+        meta = run_meta(run, plan, identity) | {"held_out": plan.held_out.record(evaluated)}
         return write_reports(ev, plan.settings, scored, meta, diagnostics, run.overlays)
 
 

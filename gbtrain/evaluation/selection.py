@@ -14,8 +14,9 @@ and a LoRA run also trains the merger fully, which a vLLM LoRA adapter cannot ca
     OUT/<checkpoint>/          one evaluation run folder per checkpoint (predictions/, report.json, report.md, ...)
     OUT/merged/<checkpoint>/   a LoRA checkpoint merged into its base (deleted after scoring with keep_merged false)
     OUT/selection.csv, .md, .png, .json   the table by step, the plot, the best checkpoint and the failures
-    OUT/selective_threshold.json          with --target-accuracy or --review-budget: the review threshold chosen
-                                          on the best checkpoint's evaluation per L3 setting, also written into
+    OUT/selective_threshold.json          with --target-accuracy, --review-budget or --max-error: the review
+                                          threshold chosen on the best checkpoint's evaluation per L3 setting (a
+                                          certified one at --delta / the checkpoints compared), also written into
                                           the --copy-best folder, where eval/grade_pages.py applies it
 
 A checkpoint whose folder holds a report.json is not evaluated again, so a rerun resumes (and, after the training
@@ -37,14 +38,15 @@ from gbtrain.cli import describe
 from gbtrain.config import option, require_model
 from gbtrain.coords import CONVENTIONS, PixelBudget
 from gbtrain.data.annotations import annotations_sha256, image_root, load_level, write_level
-from gbtrain.data.sft_dataset import finished_build, kept_splits
+from gbtrain.data.held_out import resolve_held_out
+from gbtrain.data.sft_dataset import finished_build
 from gbtrain.data.splits import SplitRule
 from gbtrain.evaluation.engine import parse_settings
 from gbtrain.evaluation.run import EvalRun, check_run, evaluate_checkpoint
 from gbtrain.files import read_json, write_atomic, write_table
 from gbtrain.inference.registry import ModelOptions
 from gbtrain.metric.judges import judge_from_spec, judge_usage
-from gbtrain.metric.selective import SelectiveFlags, choose_threshold, rule_flag
+from gbtrain.metric.selective import SelectiveFlags, choose_threshold, merge_units, rule_flag
 from gbtrain.outputs import (
     COPY_MARKER,
     SELECTION_RECORD,
@@ -103,22 +105,22 @@ class SelectRun(ModelOptions, SelectiveFlags):
 
 # --------------------------------------------------------------------------------- the evaluated records
 def split_records(data: str | Path, levels: list[str], split: str, dataset: str | None) -> dict[str, list[Record]]:
-    """The records of each level whose page the training build put in `split` (the builder's own rule, seed and
-    shares), so no checkpoint is scored on pages it trained on; `all`: every record (a held-out folder)."""
+    """The records of each level whose page the training build put in `split`, told by their pixels
+    (gbtrain.data.held_out), so no checkpoint is scored on pages it trained on; `all`: every record (a held-out
+    folder)."""
     loaded = {lvl: load_level(data, lvl).records for lvl in levels}
     if split == "all":
         return loaded
     if not dataset or not Path(dataset).is_dir():
         raise FileNotFoundError(f"the run's training dataset {dataset} is gone: its build record gives the {split} "
                                 f"split; pass --split all to evaluate every record of a held-out --data")
-    rule = SplitRule.of(finished_build(dataset))
-    kept = kept_splits(dataset, data)  # pages split as an older folder's copy of them (a build of several folders)
-    chosen = {lvl: [r for r in recs if (kept.get(r.page_id) or rule.split(r)) == split] for lvl, recs in loaded.items()}
+    held = resolve_held_out(data, split, dataset, None)
+    chosen = {lvl: [r for r in recs if held.keeps(r)] for lvl, recs in loaded.items()}
     for lvl, recs in chosen.items():
         if not recs:
-            raise ValueError(f"{data}: no {lvl} record lies in the {split} split of {dataset} (seed {rule.seed}, "
-                             f"validation/test shares {rule.validation_share}/{rule.test_share}): pass --split all to "
-                             f"evaluate every record of a held-out folder, or other --settings")
+            raise ValueError(f"{data}: no {lvl} record is a page {dataset} put in its {split} split (told by their "
+                             f"pixels): pass --split all to evaluate every record of a held-out folder, or other "
+                             f"--settings")
     return chosen
 
 
@@ -234,8 +236,10 @@ def markdown(summary: dict) -> str:
                      f"`{markdown_text(best['path'])}`.")
     chosen = summary.get("selective")
     if chosen:
+        shared = (f" (delta divided among the {chosen['candidates']} checkpoints compared on it)"
+                  if "max_error" in chosen["rule"] else "")
         lines += ["", f"Review threshold ({_rule_text(chosen['rule'])}), chosen on {markdown_text(chosen['split'])} "
-                      f"with {markdown_text(chosen['checkpoint'])}:", ""]
+                      f"with {markdown_text(chosen['checkpoint'])}{shared}:", ""]
         lines += [f"- {name}: " + (f"{c['threshold']:.2f} (coverage {_pct(c['coverage'])}%, accuracy "
                                    f"{_pct(c['accuracy'])}%)" if c["threshold"] is not None
                                    else f"none: {markdown_text(c['problem'])}")
@@ -250,7 +254,11 @@ def markdown(summary: dict) -> str:
 
 
 def _rule_text(rule: dict) -> str:
-    """A selective rule as the table's note says it: `target accuracy 95%` or `review budget 20%`."""
+    """A selective rule as the table's note says it: `target accuracy 95%`, `review budget 20%` or `certified error
+    of items 5% at delta 5%`."""
+    if "max_error" in rule:
+        return (f"certified error of {rule.get('certify', 'items')} {_pct(rule['max_error'])}% at delta "
+                f"{_pct(rule['delta'])}%")
     (key, value), = rule.items()
     return f"{key.replace('_', ' ')} {_pct(value)}%"
 
@@ -369,8 +377,10 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
     if any(c.kind == "lora" for c in candidates):
         require_model(base, "--base")
     settings = [s.name for s in parse_settings(sel.settings)]
+    rule = sel.selective_rule()
     levels = sorted({s.split("-")[0] for s in settings})
     records = split_records(sel.data, levels, sel.split, training.get("dataset"))
+    units = certification_units(records.get(L3, []), training.get("dataset")) if rule and "max_error" in rule else None
     template = _eval_template(sel, record)
     if template.min_pixels is not None and template.max_pixels is not None:  # else each evaluation's check
         PixelBudget(template.min_pixels, template.max_pixels)
@@ -388,8 +398,11 @@ def select_checkpoint(sel: SelectRun, progress: bool = True) -> dict:
         if sel.split != "all":
             data = out / "data"
             write_split(records, sel.data, data)
-        template = replace(template, data=str(data))
-        return _select(sel, out, candidates, notes, template, settings, identity, base, record, progress)
+        # the split's own folder holds its pages only: each evaluation takes that split of the build, told by their
+        # pixels (with `all`, every record of --data, its training pages counted in each report)
+        template = replace(template, data=str(data), split=sel.split,
+                           build=None if sel.split == "all" else training.get("dataset"))
+        return _select(sel, out, candidates, notes, template, settings, identity, base, record, progress, units)
 
 
 def _evaluate(sel: SelectRun, c: Checkpoint, out: Path, template: EvalRun, base: str, progress: bool) -> dict:
@@ -419,7 +432,8 @@ def _scored(path: Path, settings: list[str]) -> dict | None:
 
 
 def _select(sel: SelectRun, out: Path, candidates: list[Checkpoint], notes: list[str], template: EvalRun,
-            settings: list[str], identity: dict, base: str, record: CheckpointRecord | None, progress: bool) -> dict:
+            settings: list[str], identity: dict, base: str, record: CheckpointRecord | None, progress: bool,
+            units: tuple[dict[str, str], str] | None = None) -> dict:
     losses = eval_losses(sel.run)
     rows, evaluated_now = [], []
     for c in candidates:
@@ -452,7 +466,9 @@ def _select(sel: SelectRun, out: Path, candidates: list[Checkpoint], notes: list
     rule = sel.selective_rule()
     if best and rule:
         c = by_name[best["checkpoint"]]
-        chosen = record_threshold(c, out / c.name / "report.json", sel.split, rule, threshold_settings(settings))
+        compared = sum(r["status"] == "ok" for r in rows)  # the best of these was picked on the same evaluation
+        chosen = record_threshold(c, out / c.name / "report.json", sel.split, rule, threshold_settings(settings),
+                                  compared, units)
         write_atomic(out / SELECTIVE_RECORD, json.dumps(chosen, indent=1) + "\n")
         summary["selective"] = {**chosen, "settings": {name: {k: v for k, v in entry.items() if k != "table"}
                                                        for name, entry in chosen["settings"].items()}}
@@ -478,10 +494,25 @@ def threshold_settings(settings: list[str]) -> list[str]:
     return [s.name for s in parse_settings(",".join(settings)) if s.level == L3 and not s.three_turn]
 
 
-def record_threshold(c: Checkpoint, report_path: Path, split: str, rule: dict, settings: list[str]) -> dict:
+def certification_units(records: list[Record], dataset: str | None) -> tuple[dict[str, str], str] | None:
+    """What a certified threshold counts as drawn independently (docs/metric.md#selective-grading): the student or
+    exam the training build's split_group names for each page of `records` (a student's pages share a hand, so they
+    are not independent; the build drew them together), as (page -> unit, "split_group <pattern>"); None (each page
+    its own unit) when the build names none. A page the pattern names nothing for is SplitRule.key's ValueError."""
+    group = getattr(finished_build(dataset), "split_group", None) if dataset and Path(dataset).is_dir() else None
+    if not group:
+        return None
+    rule = SplitRule(0, 0.0, 0.0, group)
+    return {r.page_id: rule.key(r) for r in records}, f"split_group {group}"
+
+
+def record_threshold(c: Checkpoint, report_path: Path, split: str, rule: dict, settings: list[str],
+                     candidates: int = 1, units: tuple[dict[str, str], str] | None = None) -> dict:
     """The review threshold `rule` asks for on each of `settings` of the checkpoint's evaluation, with that
     setting's coverage-accuracy table (grade_pages chooses anew from it for another rule) or the reason none was
-    chosen: what SELECTIVE_RECORD holds."""
+    chosen: what SELECTIVE_RECORD holds. `candidates`: the checkpoints compared on this evaluation, which a
+    certified threshold's delta is divided among; `units`: certification_units, into which the table's pages are
+    merged."""
     report = read_json(report_path)
     chosen = {}
     for name in settings:
@@ -492,12 +523,14 @@ def record_threshold(c: Checkpoint, report_path: Path, split: str, rule: dict, s
             if table is None:  # an evaluation scored before confidences, kept by a rerun
                 raise ValueError(f"{report_path} has no coverage-accuracy table (scored before confidences): "
                                  f"rerun with --overwrite")
-            entry |= choose_threshold(table, rule)
+            if units:
+                entry["table"] = table = merge_units(table, *units)
+            entry |= choose_threshold(table, rule, candidates)
         except ValueError as e:
             entry["problem"] = str(e)
         chosen[name] = entry
     return {"tool": "select_checkpoint", "checkpoint": c.name, "step": c.step, "split": split, "rule": rule,
-            "evaluation": str(report_path.resolve()), "settings": chosen}
+            "candidates": candidates, "evaluation": str(report_path.resolve()), "settings": chosen}
 
 
 def _write_json(summary: dict, out: Path) -> None:

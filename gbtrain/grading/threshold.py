@@ -13,6 +13,7 @@ from gbtrain.metric.selective import (
     CERTIFIED_FLAG,
     TARGET_FLAG,
     choose_threshold,
+    pages_intact,
     rule_flag,
 )
 from gbtrain.outputs import SELECTIVE_RECORD
@@ -39,7 +40,8 @@ def entry_problem(entry) -> str | None:
     table = entry["table"]
     rows = table.get("rows") if isinstance(table, dict) else None
     if not isinstance(rows, list) or not rows or not all(
-            isinstance(r, dict) and _share(r.get("threshold")) and _share(r.get("coverage")) for r in rows):
+            isinstance(r, dict) and _share(r.get("threshold")) and _share(r.get("coverage")) for r in rows) or \
+            ("pages" in table and not pages_intact(table["pages"])):
         return "its coverage-accuracy table is missing or damaged"
     return None
 
@@ -53,7 +55,9 @@ def read_selective_record(model: str | Path) -> dict | None:
         return None
     try:
         record = read_json(path)
-        ok = isinstance(record["rule"], dict) and isinstance(record["settings"], dict)
+        compared = record.get("candidates", 1)  # the checkpoints a certified threshold's delta is divided among
+        ok = isinstance(record["rule"], dict) and isinstance(record["settings"], dict) and \
+            isinstance(compared, int) and not isinstance(compared, bool) and compared >= 1
     except (ValueError, KeyError, TypeError, AttributeError):
         ok = False
     if not ok:
@@ -82,8 +86,10 @@ class ThresholdOptions(Protocol):
 def review_threshold(run: ThresholdOptions) -> dict | None:
     """The review threshold in force and where it comes from ({"threshold", "source", ...}), or None. In order:
     --review-threshold; --target-accuracy, --review-budget or --max-error, chosen (selective.choose_threshold) from
-    the validation table recorded in --model for this run's setting (L3, its mode); else the threshold recorded
-    there, the one select_checkpoint chose (with its figures: a certified one's bound too); else none."""
+    the validation table recorded in --model for this run's setting (L3, its mode; a certified one at --delta
+    divided among the checkpoints select_checkpoint compared on that evaluation, as it recorded); else the
+    threshold recorded there, the one select_checkpoint chose (with its figures: a certified one's p-value too);
+    else none."""
     rule = run.selective_rule()
     if run.review_threshold is not None:
         if rule:
@@ -109,7 +115,7 @@ def review_threshold(run: ThresholdOptions) -> dict | None:
                          f"--settings, or give --review-threshold")
     if rule:
         try:
-            picked = choose_threshold(chosen["table"], rule)
+            picked = choose_threshold(chosen["table"], rule, record.get("candidates", 1))
         except ValueError as e:
             raise ValueError(f"{path}, {setting}: {e}") from None
     elif chosen["threshold"] is None:

@@ -1,33 +1,30 @@
-"""Answer equivalence and soft text scores, by the conventions of benchmark scorers (XL-DocBench style).
+"""Answer equivalence, by the conventions of benchmark scorers (XL-DocBench style); the soft scores (token F1,
+ANLS) are text_scores'.
 
 The reference answer's type (number, choice, boolean or text) picks one rule, which returns True or False when it
 can decide and None when it cannot (two different texts), so that a model judge decides only what rules cannot.
-Soft scores: SQuAD token F1 and DocVQA ANLS (its edit distance by rapidfuzz, as the CER's). Deterministic, with every
-input size capped so that a hostile answer cannot make the scorer slow.
+Deterministic, with every input size capped so that a hostile answer cannot make the scorer slow.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from rapidfuzz.distance import Levenshtein
-
+from gbtrain.values import chinese_number
 from gbtrain.vocabulary import FALSE_WORDS, TRUE_WORDS, one_of
 
 ANSWER_TYPES = ("number", "choice", "boolean", "text")
 
-# Two numbers are equal when they differ by at most 5% of the reference: exam answers are often rounded
-# ("0.33" for 1/3, "3.14" for pi), and 5% relative is the benchmark scorers' tolerance.
-DEFAULT_REL_TOL = Fraction(5, 100)
+# Two numbers are equal when their values are: 19 is not 20 on a school exam. A relative tolerance is asked for with
+# --answer-tolerance (0.05 is the document-QA scorers' convention, for data whose answers are rounded readings).
+DEFAULT_REL_TOL = Fraction(0)
 
 MAX_NUMBER_CHARS = 64  # a longer "number" is not an exam answer
 MAX_EXPONENT = 999  # |exponent| above this is refused: exact arithmetic on 10^(10^9) would never end
-ANLS_MAX_CELLS = 25_000_000  # len(a) * len(b) above this: ANLS is scored on the first ANLS_CAP_CHARS of each
-ANLS_CAP_CHARS = 5_000
 
 # "The answer is", "Answer:", "答案是" ... and a leading "=", matched after NFKC (which turns "：" into ":").
 _ANSWER_PREFIX = re.compile(
@@ -35,10 +32,9 @@ _ANSWER_PREFIX = re.compile(
     r"|答案是\s*:?|答案\s*:|答\s*:|=)\s*", re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _TRAILING_PUNCT = re.compile(r"[\s.。,，;；:：!！?？、]+$")
-# Han, kana, Hangul: scripts written without spaces between words.
-_CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
-_CJK_GAP = re.compile(f"(?<=[{_CJK_CLASS}]) (?=[{_CJK_CLASS}])")
-_CJK = re.compile(f"[{_CJK_CLASS}]")
+# Han, kana, Hangul: scripts written without spaces between words (text_scores cuts them per character too).
+CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
+_CJK_GAP = re.compile(f"(?<=[{CJK_CLASS}]) (?=[{CJK_CLASS}])")
 
 
 def _strip_prefix(s: str) -> str:
@@ -87,6 +83,14 @@ _NUMBER = re.compile(
     r")(?P<pct>%)?")
 
 
+def _nfkc_keeping_numbers(text: str) -> str:
+    """NFKC, with what it would misread kept: ½ as a stand-in (not "1⁄2" glued to a whole), superscripts as powers
+    ("10³" is 10^3, not 103); the minus sign and the fraction slash as ASCII."""
+    s = "".join(_VULGAR[ch][0] if ch in _VULGAR else ch for ch in text)
+    s = _SUPERSCRIPT_RUN.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), s)
+    return unicodedata.normalize("NFKC", s).replace("\u2212", "-").replace("\u2044", "/")
+
+
 def _power(base: str, exponent: str) -> Fraction | None:
     e, b = int(exponent), int(base)
     if abs(e) > MAX_EXPONENT or (b == 0 and e < 0):
@@ -110,9 +114,7 @@ def parse_number(text: str) -> Fraction | None:
 def _parse_number(text: str) -> Fraction | None:
     if _SUBSCRIPT.search(text):
         return None
-    s = "".join(_VULGAR[ch][0] if ch in _VULGAR else ch for ch in text)
-    s = _SUPERSCRIPT_RUN.sub(lambda m: "^" + m.group().translate(_SUPERSCRIPT_DIGITS), s)
-    s = unicodedata.normalize("NFKC", s).replace("\u2212", "-").replace("\u2044", "/").lower()
+    s = _nfkc_keeping_numbers(text).lower()
     s = _TRAILING_PUNCT.sub("", _strip_prefix(s))
     s = re.sub(r"\s*\^\s*[({]\s*([+-]?[0-9]+)\s*[)}]", r"^\1", s)  # 10^(-3), 10^{-3}
     s = re.sub(r"\s*([/^])\s*", r"\1", re.sub(r"\s+%$", "%", s))
@@ -139,6 +141,75 @@ def _parse_number(text: str) -> Fraction | None:
     if m["sign"] == "-":
         value = -value
     return value / 100 if m["pct"] else value
+
+
+# A final value as students write it: "x = 5", "2 + 3 = 5" (the value after the last "=" or "≈"), "5个", "12 cm",
+# "60°", "¥5", "三" (Chinese numerals), with an answer prefix ("答：5") and sentence punctuation around.
+_LAST_EQUALS = re.compile(r"^.*[=≈]\s*")
+# Units a value may carry: any run of CJK characters (个, 元, 厘米, 平方米, 个苹果), or a known Latin unit, alone or
+# as a product or quotient with a power (cm^2, m/s, km/h); a letter that is no unit ("5x") is not one: 5x is not 5.
+_LATIN_UNITS = ("mm|cm|dm|km|m|mg|kg|g|t|ml|mL|l|L|ms|s|sec|min|h|hr|hrs|d|day|days|hour|hours|minute|minutes|"
+                "second|seconds|year|years|yr|yrs|N|J|kJ|W|kW|V|A|mA|Pa|kPa|Hz|mol|K|rad|deg|degrees?|cents?|"
+                "dollars?|yuan|pcs")
+_LATIN_UNIT = rf"(?:{_LATIN_UNITS})(?:\^-?[0-9])?"
+_UNIT = re.compile(rf"\s*(?:[\u3400-\u4dbf\u4e00-\u9fff]{{1,8}}|[°℃℉′″'\"]|{_LATIN_UNIT}(?:\s*/\s*{_LATIN_UNIT})?)")
+_NUMBER_END = re.compile("[0-9%\ue000-\ue0ff零〇一二两三四五六七八九十百]")
+_UNIT_BEFORE = re.compile(r"^(?P<unit>[$¥€£])\s*(?P<num>.+)$")
+_CHINESE_NUMERAL_TEXT = re.compile("[零〇一二两三四五六七八九十百]+")
+
+
+@dataclass(frozen=True)
+class NumberReading:
+    """An answer read as a number: its value, its unit as written (spaces dropped; None without one) and whether
+    it carried a percent sign (whose value is already divided by 100)."""
+
+    value: Fraction
+    unit: str | None
+    percent: bool
+
+
+def read_number(text: str) -> NumberReading | None:
+    """The final value an answer states, with its unit, else None (an expression, a word, two values). The number
+    itself is parse_number's (every notation it knows) or a Chinese numeral up to 999 (gbtrain.values)."""
+    if len(text) > 4 * MAX_NUMBER_CHARS:
+        return None
+    s = _TRAILING_PUNCT.sub("", _strip_prefix(_nfkc_keeping_numbers(text).strip()))
+    s = _LAST_EQUALS.sub("", s) if "=" in s or "≈" in s else s
+    for candidate, unit in _number_and_unit(s):
+        value = parse_number(candidate)
+        if value is None and _CHINESE_NUMERAL_TEXT.fullmatch(candidate):
+            value = None if (n := chinese_number(candidate)) is None else Fraction(n)
+        if value is not None:
+            return NumberReading(value, unit, candidate.rstrip().endswith("%"))
+    return None
+
+
+def _number_and_unit(s: str) -> list[tuple[str, str | None]]:
+    """The ways `s` splits into a number and a unit: the whole as a number first, then the longest number a unit
+    follows ("二十五个" is 25 个, not 2 十五个), then a currency sign before it."""
+    ways: list[tuple[str, str | None]] = [(s, None)]
+    ways += [(s[:end], "".join(s[end:].split())) for end in range(len(s) - 1, 0, -1)
+             if _NUMBER_END.match(s[end - 1]) and _UNIT.fullmatch(s, end)]
+    if m := _UNIT_BEFORE.match(s):
+        ways.append((m["num"].strip(), m["unit"]))
+    return ways
+
+
+def _number_verdict(answer: str, reference: NumberReading, rel_tol: Fraction) -> bool | None:
+    """Whether an answer states the reference's value. A unit the reference lacks is ignored ("5个" for 5); the
+    same unit compares values; another unit, or none where the reference has one, is undecided (120 mm for 12 cm,
+    or whether a missing unit costs marks, is the teacher's rule). A percent on one side only matches either reading
+    of the sign (50% = 0.5, and 50% = 50: a key that writes a percentage without its sign). Undecided (None) also
+    for an answer that states no single value ("x > 5", "five")."""
+    read = read_number(answer)
+    if read is None:
+        return None
+    if reference.unit is not None and read.unit != reference.unit:
+        return None
+    values = [read.value]
+    if read.percent != reference.percent:
+        values.append(read.value * 100 if read.percent else read.value / 100)
+    return any(numbers_equal(v, reference.value, rel_tol) for v in values)
 
 
 def numbers_equal(a: Fraction, b: Fraction, rel_tol: Fraction = DEFAULT_REL_TOL) -> bool:
@@ -187,7 +258,7 @@ def parse_boolean(text: str) -> bool | None:
 
 def infer_answer_type(reference: str) -> str:
     """A reference's type, the first that fits of: number, choice, boolean, text ("F" is choice F, not false)."""
-    if parse_number(reference) is not None:
+    if read_number(reference) is not None:
         return "number"
     if extract_choices(reference) is not None:
         return "choice"
@@ -209,10 +280,10 @@ def answer_type_of(question_type: str | None, reference: str) -> str:
 def _text_verdict(answer: str, reference: str) -> bool | None:
     """True when the texts are equal after normalisation (or, when that leaves nothing, after NFKC, case and
     whitespace folding); otherwise None: different words may still mean the same, which only a judge can tell."""
-    a, r = normalize_answer(answer), normalize_answer(reference)
+    a, r = ("".join(normalize_answer(s).split()) for s in (answer, reference))  # spaces never decide: "x = 2"
     if a and a == r:
         return True
-    light_a, light_r = (" ".join(unicodedata.normalize("NFKC", s).lower().split()) for s in (answer, reference))
+    light_a, light_r = ("".join(unicodedata.normalize("NFKC", s).lower().split()) for s in (answer, reference))
     return True if light_a == light_r else None
 
 
@@ -221,67 +292,20 @@ def answers_equivalent(answer: str, reference: str, answer_type: str | None = No
     """Whether an answer matches the reference by the rule of the reference's type (given, or inferred when None):
     True / False when the rule decides, None when it cannot (texts that differ) so that a judge may decide.
 
-    An empty answer is False. Number, choice and boolean: an answer that is not one is False. A reference that
-    is not of the type given falls back to the text rule.
+    An empty answer is False. Number: by value, in any notation, with the unit rules of _number_verdict; an answer
+    stating no single value is None. Choice and boolean: an answer that is not one is False. A reference that is not
+    of the type given falls back to the text rule.
     """
     if answer_type is not None and answer_type not in ANSWER_TYPES:
         raise ValueError(f"answer_type {answer_type!r} must be {one_of(ANSWER_TYPES)}")
     if not (answer or "").strip():
         return False
     kind = answer_type or infer_answer_type(reference)
-    if kind == "number" and (ref_number := parse_number(reference)) is not None:
-        number = parse_number(answer)
-        return number is not None and numbers_equal(number, ref_number, rel_tol)
+    if kind == "number" and (ref_number := read_number(reference)) is not None:
+        return _number_verdict(answer, ref_number, rel_tol)
     if kind == "choice" and (ref_choices := extract_choices(reference)) is not None:
         return extract_choices(answer) == ref_choices
     if kind == "boolean" and (ref_truth := parse_boolean(reference)) is not None:
         return parse_boolean(answer) is ref_truth
     return _text_verdict(answer, reference)
 
-
-# --- soft text scores -----------------------------------------------------------------------------------------
-
-def _tokens(text: str) -> list[str]:
-    """normalize_answer's words; a text without spaces that contains CJK is split per character, since Chinese
-    and Japanese do not separate words (character F1 is the usual convention for them)."""
-    s = normalize_answer(text)
-    return list(s) if " " not in s and _CJK.search(s) else s.split()
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """SQuAD token F1: the harmonic mean of token precision and recall over the multiset of shared tokens.
-    Both empty -> 1.0, one empty -> 0.0."""
-    if prediction == reference:  # the common case of a right reading, and 1.0 by the definition
-        return 1.0
-    pred, ref = _tokens(prediction), _tokens(reference)
-    if not pred or not ref:
-        return float(pred == ref)
-    common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _anls_one(pred: str, ref: str, threshold: float) -> float:
-    if len(pred) * len(ref) > ANLS_MAX_CELLS:
-        pred, ref = pred[:ANLS_CAP_CHARS], ref[:ANLS_CAP_CHARS]
-    longest = max(len(pred), len(ref))
-    if longest == 0:
-        return 1.0
-    nl = Levenshtein.distance(pred, ref) / longest
-    return 1.0 - nl if nl < threshold else 0.0
-
-
-def anls(prediction: str, reference: str | list[str], threshold: float = 0.5) -> float:
-    """ANLS of DocVQA (Biten et al. 2019): 1 - NL, NL = Levenshtein / the longer length, on lowercased strings
-    with whitespace stripped and collapsed; 0 when NL >= threshold; the best over a list of references. Both
-    empty -> 1.0. When len(prediction) * len(reference) > ANLS_MAX_CELLS, the score is that of the first
-    ANLS_CAP_CHARS characters of each, so that a runaway answer cannot stall scoring."""
-    references = [reference] if isinstance(reference, str) else list(reference)
-    if not references:
-        raise ValueError("anls needs at least one reference")
-    if prediction in references:  # the common case of a right reading, and 1.0 by the definition
-        return 1.0
-    pred = " ".join((prediction or "").lower().split())
-    return max(_anls_one(pred, " ".join((ref or "").lower().split()), threshold) for ref in references)

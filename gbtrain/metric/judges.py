@@ -10,7 +10,6 @@ new judge is a class and one line there.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -19,11 +18,6 @@ from gbtrain.inference.registry import judge_generator
 from gbtrain.metric import answers
 from gbtrain.text import redact
 from gbtrain.vocabulary import one_of
-
-
-def normalize_text(s: str) -> str:
-    """NFKC, every whitespace character removed, lowercase: the shared text normalisation."""
-    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", s or "")).lower()
 
 
 class RuleJudge:

@@ -27,11 +27,12 @@ from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.data.held_out import SplitFlags, resolve_held_out
 from gbtrain.files import write_table
 from gbtrain.inference.base import VLLMMemory
-from gbtrain.metric import answers, confidence, intervals, judges, parsing, points, selective
+from gbtrain.metric import answers, confidence, intervals, judges, parsing, points, selective, text_scores
 from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes
-from gbtrain.metric.judges import normalize_text
 from gbtrain.metric.points import PointsFlags, PointsOptions, verdict_errors
-from gbtrain.schema import RIGHT, WRONG, Box, Group, Mark, Record
+from gbtrain.metric.text_scores import normalize_text
+from gbtrain.schema import RIGHT, WRONG, Box, Group, Mark, Record, printed_id
+from gbtrain.values import question_id_key
 from gbtrain.vocabulary import ANSWER_FREE, LEVELS, MODES
 
 IOU_THRESHOLDS = (0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
@@ -302,7 +303,7 @@ def _pages(g: GradedSetting) -> dict[str, PageOutcomes]:
 # them; tests/metric/test_scoring.py fails when code outside them runs while a setting is scored.
 SCORER_MODULES = ("metric/scoring.py", "metric/answers.py", "metric/parsing.py", "metric/judges.py",
                   "metric/points.py", "metric/intervals.py", "metric/confidence.py", "metric/selective.py",
-                  "schema.py", "coords.py", "values.py", "vocabulary.py")
+                  "metric/text_scores.py", "schema.py", "coords.py", "values.py", "vocabulary.py")
 
 
 def scorer_sha256() -> str:
@@ -334,6 +335,7 @@ class GradedSetting:
     no_valid_box: int = 0
     # (box confidence or None, record index, item index, the box, its record's group boxes) of every valid box
     ranked: list[tuple[float | None, int, int, Box, list[Box]]] = field(default_factory=list)
+    unmatched: list[tuple[str, parsing.PredictedItem]] = field(default_factory=list)  # (record, item) of no group
 
     @cached_property
     def counted(self) -> list[GroupOutcome]:
@@ -390,7 +392,7 @@ def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
         if (decided is None or not opts.rule_first) and not isinstance(g.judge, judges.RuleJudge):
             undecided.append((out, item, ref))
             continue
-        out.answer_by = "rule"
+        out.answer_by = "rule" if decided is not None else UNDECIDED
         if decided:
             out.reasoned = True
             _judge_step(out, item)
@@ -426,6 +428,7 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
     pending = []
     matches = match_by_centre(items, [grp.box for grp in r.groups], g.opts.match_radius)
     group_of = {i_idx: r.groups[g_idx].group_id for g_idx, i_idx in matches.items()}
+    g.unmatched += [(r.record_id, ib.item) for i, ib in enumerate(items) if i not in group_of]
     g.scores += [((r.record_id, group_of.get(i, f"item {i}")), ib.item.score) for i, ib in enumerate(items)
                  if ib.item.score is not None]
     for g_idx, i_idx in matches.items():
@@ -437,11 +440,11 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
         out.iou = round(box.iou(grp.box), _ROUND)
         out.cer = round(cer(item.text, grp.hand), _ROUND)
         out.points = parsing.parse_points(item.score)[0] if item.score is not None else None
-        out.text_f1 = round(answers.token_f1(item.text, grp.hand), _ROUND)
-        out.text_anls = round(answers.anls(item.text, grp.hand), _ROUND)
+        out.text_f1 = round(text_scores.token_f1(item.text, grp.hand), _ROUND)
+        out.text_anls = round(text_scores.anls(item.text, grp.hand), _ROUND)
         if grp.std is not None:
-            out.answer_f1 = round(answers.token_f1(item.answer, grp.std), _ROUND)
-            out.answer_anls = round(answers.anls(item.answer, grp.std), _ROUND)
+            out.answer_f1 = round(text_scores.token_f1(item.answer, grp.std), _ROUND)
+            out.answer_anls = round(text_scores.anls(item.answer, grp.std), _ROUND)
         if out.cer >= CER_THRESHOLD:
             continue
         out.recognized = True
@@ -453,6 +456,33 @@ def _grade_record(g: GradedSetting, r: Record, group_outcomes: list[GroupOutcome
         out.reasoned = True
         _judge_step(out, item)
     return pending
+
+
+def certification_pages(g: GradedSetting) -> dict[str, list[selective.Candidate]]:
+    """What a certified review threshold counts on each page (docs/metric.md#selective-grading), as grade_pages
+    accepts items: every counted group, through the item matched to it (its judgment confidence; an error unless
+    it passes every gate and names the group's question where it names one; in points, the group's full score and
+    the points its item awarded wrongly), and every item of the model matched to no group (a made-up box, or one
+    without a valid box): an error whenever its confidence lets it through, awarding in points what it wrote (0 to
+    the page's largest full score)."""
+    page_of = {r.record_id: r.page_id for r in g.records}
+    rows, _ = points.rated(g.references, g.scores, g.opts.points_options)
+    off = {ref.key: (full, abs(model - teacher))
+           for ref, (full, teacher, model) in zip(g.references, rows, strict=True)}
+    largest: dict[str, float] = {}
+    for ref in g.references:
+        largest[ref.key[0]] = max(largest.get(ref.key[0], 0.0), float(ref.full_score))
+    pages: dict[str, list[selective.Candidate]] = {page: [] for page in page_of.values()}
+    for o in g.counted:
+        item = g.matched_items.get((o.record_id, o.group_id))
+        named = item is not None and item.question_id is not None and printed_id(o.group_id) is not None
+        elsewhere = named and question_id_key(item.question_id) != question_id_key(o.group_id)
+        full, wrong = off.get((o.record_id, o.group_id), (0.0, 0.0))
+        pages[page_of[o.record_id]].append(selective.Candidate(o.confidence, not o.accurate or elsewhere, full, wrong))
+    for record_id, item in g.unmatched:
+        awarded = min(max(parsing.parse_points(item.score)[0] or 0.0, 0.0), largest.get(record_id, 0.0))
+        pages[page_of[record_id]].append(selective.Candidate(item.confidence, True, awarded, awarded))
+    return pages
 
 
 def _coverage(g: GradedSetting) -> dict:
@@ -486,7 +516,7 @@ METRICS: dict[str, Callable[[GradedSetting], object]] = {
     "map_20_50": lambda g: g.localization[0],
     "ap_by_iou": lambda g: g.localization[1],
     "map_ranked": lambda g: ranked_map(g.ranked, sum(len(r.groups) for r in g.records)),
-    "selective": lambda g: selective.coverage_table(g.counted),
+    "selective": lambda g: selective.coverage_table(g.counted, certification_pages(g)),
     "calibration": lambda g: selective.calibration(g.counted),
     "coverage": _coverage,
     "parse_failures": lambda g: dict(sorted(g.parse_reasons.items())),
@@ -540,12 +570,20 @@ def soft_scores(outcomes: list[GroupOutcome]) -> dict[str, float | None]:
     return means
 
 
+UNDECIDED = "undecided"  # answer_by of an answer the typed rule cannot decide, with no LLM judge to ask
+
+
 def answer_gate(outcomes: list[GroupOutcome]) -> dict:
-    """How the answer gate (5) was decided: by answer type, how many answers its rule judged and how many went to
-    the judge (the rule cannot tell two different texts apart; with the rule judge they fail the gate)."""
+    """How the answer gate (5) was decided: by answer type, how many answers its rule judged, how many went to the
+    judge, and how many neither could decide (`undecided`: the rule cannot tell two different texts apart, or read
+    a value where the reference has a unit; without an LLM judge they fail the gate, counted here, never passed as
+    equal); and the groups whose reference is the data's placeholder (答案暂无), which skip the gate answer-free
+    (`no_reference`), so that a figure compares with the paper's."""
     asked = [o for o in outcomes if o.answer_by is not None]
     return {"by_rule": sum(o.answer_by == "rule" for o in asked),
-            "by_judge": sum(o.answer_by != "rule" for o in asked),
+            "by_judge": sum(o.answer_by not in ("rule", UNDECIDED) for o in asked),
+            "undecided": sum(o.answer_by == UNDECIDED for o in asked),
+            "no_reference": sum(not o.has_reference for o in outcomes),
             "types": dict(sorted(Counter(o.answer_type for o in asked).items()))}
 
 
@@ -569,7 +607,8 @@ class GateFlags:
     eval/run_eval.py), defined once."""
 
     answer_tolerance: float = option(float(answers.DEFAULT_REL_TOL), "answer gate: the relative difference within "
-                                     "which a number equals its reference (0: exact)", group="scoring")
+                                     "which a number equals its reference (0: exact, as a teacher marks; 0.05 is the "
+                                     "document-QA scorers' convention for rounded readings)", group="scoring")
     rule_first: bool = option(True, "answer gate with an LLM judge: the typed rule decides numbers, choices and "
                                     "truth values, the judge the rest (--no-rule-first: the judge decides every "
                                     "answer, as the paper's scorer did)", group="scoring")
@@ -643,7 +682,7 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
                          f"--data and --level")
     preds = read_predictions(run.predictions, allow_duplicates=run.allow_duplicates)
     report = score(loaded.records, preds, opts, judge) | {
-        "held_out": held.record(held.training_records(loaded.records))}
+        "held_out": held.record(loaded.records)}
     write_report(report, run.out)
     write_table(questions_path(run.out), QUESTION_COLUMNS, question_rows(f"{run.level}-{run.mode}", report))
     return report, loaded.skipped + loaded.warnings

@@ -68,7 +68,8 @@ TOOLS = {"eval/run_eval.py": (EvalRun, ["--model", "m", "--data", "d", "--out", 
          "scripts/bench_gpu.py": (script_options("scripts/bench_gpu.py", "BenchGpu"), []),
          "scripts/bench_pdf_memory.py": (script_options("scripts/bench_pdf_memory.py", "BenchPdf"),
                                          ["--model", "m", "--work", "w"]),
-         "scripts/bench_hub_export.py": (script_options("scripts/bench_hub_export.py", "BenchHub"), [])}
+         "scripts/bench_hub_export.py": (script_options("scripts/bench_hub_export.py", "BenchHub"), []),
+         "scripts/bench_certify.py": (script_options("scripts/bench_certify.py", "BenchCertify"), [])}
 
 
 def shown_as(f: dataclasses.Field) -> str:

@@ -34,33 +34,93 @@ def held_build(synth_dir, tmp_path_factory):
 def test_auto_is_the_test_split_of_the_build_made_from_data(held_build, synth_dir):
     sft_dir = held_build
     held = resolve_held_out(synth_dir, "auto", None, str(sft_dir))
-    assert (held.split, held.build, held.data_is_source) == ("test", str(sft_dir.resolve()), True)
+    assert (held.split, held.build) == ("auto", str(sft_dir.resolve()))
     records = load_level(synth_dir, "L3").records
     kept = {r.page_id for r in records if held.keeps(r)}
     built = load_sft_dataset(sft_dir)
     assert kept == set(built["test"]["page_id"])  # the builder's own test pages, and no other
-    assert kept and not kept & set(built["train"]["page_id"]) and held.training_records(records) == 0
+    assert kept and not kept & set(built["train"]["page_id"])
+    said = held.record([r for r in records if held.keeps(r)])
+    assert said["training_records"] == 0 and said["by_content"]["test"] == len(kept) and said["build"] == held.build
     validation = resolve_held_out(synth_dir, "validation", None, str(sft_dir))
     assert {r.page_id for r in records if validation.keeps(r)} == set(built["validation"]["page_id"]) != set()
-    assert "the test split of the checkpoint's training build" in held.why
+    assert "neither trained nor validated on" in held.why and "told by their pixels" in held.why
 
 
 def test_every_record_of_its_source_counts_its_training_pages(sft_dir, synth_dir):
     held = resolve_held_out(synth_dir, "all", str(sft_dir), None)
     records = load_level(synth_dir, "L3").records
     trained = {p for p in load_sft_dataset(sft_dir)["train"]["page_id"]}
-    assert held.training_records(records) == sum(r.page_id in trained for r in records) > 0
+    assert held.record(records)["training_records"] == sum(r.page_id in trained for r in records) > 0
     assert "TRAINING PAGES INCLUDED" in held.why
 
 
+def test_a_copied_moved_or_relatively_named_folder_is_the_same_pages(held_build, synth_dir, tmp_path, monkeypatch):
+    """Held-out is decided by the pages' pixels: the build's pages copied elsewhere, the build itself moved, and the
+    folder named from another working directory all hold out the same pages and count the same trained ones."""
+    from gbtrain.evaluation.reports import comparison_problems
+
+    records = load_level(synth_dir, "L3").records
+    original = resolve_held_out(synth_dir, "auto", None, str(held_build))
+    expected = {r.page_id for r in records if original.keeps(r)}
+    before = original.record([r for r in records if original.keeps(r)])
+    trained = set(load_sft_dataset(held_build)["train"]["page_id"])
+    copy = tmp_path / "elsewhere" / "pages"
+    shutil.copytree(synth_dir, copy)
+    moved_build = tmp_path / "moved_build"
+    shutil.copytree(held_build, moved_build)
+    shutil.rmtree(held_build)  # the build moved to another machine's path: the checkpoint's record is stale
+    try:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        for data in (copy, "pages", "../elsewhere/pages"):
+            held = resolve_held_out(data, "auto", str(moved_build), None)
+            copied = load_level(data, "L3").records
+            assert {r.page_id for r in copied if held.keeps(r)} == expected
+            after = held.record([r for r in copied if held.keeps(r)])
+            assert after["contents_sha256"] == before["contents_sha256"] and after["build"] != before["build"]
+            reports = [{"meta": {"held_out": said}, "settings": {}} for said in (before, after)]
+            assert not [p for p in comparison_problems(*reports) if "records evaluated" in p]  # compare pairs them
+            every = resolve_held_out(data, "all", str(moved_build), None)
+            said = every.record(copied)
+            assert said["training_records"] == sum(r.page_id in trained for r in copied) > 0
+            assert said["build"] == str(moved_build.resolve())
+    finally:
+        shutil.copytree(moved_build, held_build)  # the module's other tests use it
+
+
 def test_a_folder_the_build_never_saw_is_evaluated_whole(sft_dir, synth_dir, tmp_path):
+    """Other pixels (here: every page re-drawn with one pixel changed) are pages the build never saw: all of them
+    are evaluated, recorded as a base model's evaluation is, and no split of the build holds any."""
+    from PIL import Image
+
     other = tmp_path / "other"
     shutil.copytree(synth_dir, other)
+    for path in (other / "images").rglob("*.*"):
+        with Image.open(path) as im:
+            changed = im.convert("RGB")
+        changed.putpixel((0, 0), (1, 2, 3))
+        changed.save(path, format="PNG" if path.suffix.lower() == ".png" else "JPEG", quality=100)
     held = resolve_held_out(other, "auto", None, str(sft_dir))
-    assert held.split == "all" and not held.data_is_source and "none of its pages were trained on" in held.why
-    assert held.build is None  # as a base model's evaluation of the folder records it: the two compare
-    with pytest.raises(ValueError, match=r"--split test: --data \S+ is not the folder --build \S+ was made from"):
-        resolve_held_out(other, "test", str(sft_dir), None)
+    records = load_level(other, "L3").records
+    assert all(held.keeps(r) for r in records)
+    said = held.record(records)
+    assert (said["split"], said["build"], said["training_records"]) == ("all", None, 0)
+    assert said["by_content"]["unseen"] == len(records) and "none was trained on" in said["why"]
+    test = resolve_held_out(other, "test", str(sft_dir), None)
+    assert not any(test.keeps(r) for r in records)  # the evaluation then says no record is in the split
+
+
+def test_a_build_made_before_contents_were_recorded(held_build, synth_dir, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(held_build, old)
+    (old / "contents.json").unlink()
+    held = resolve_held_out(synth_dir, "auto", str(old), None)
+    assert held.split == "all" and "build it again" in held.why
+    with pytest.raises(ValueError, match=r"--split test: --build \S+ was made before builds recorded"):
+        resolve_held_out(synth_dir, "test", str(old), None)
+    (old / "contents.json").write_text('{"images": {"abc": "somewhere"}}')
+    with pytest.raises(ValueError, match=r"contents.json: not a build's contents record"):
+        resolve_held_out(synth_dir, "auto", str(old), None)
 
 
 def test_no_build_known(synth_dir, tmp_path):

@@ -150,9 +150,10 @@ def test_a_checkpoint_is_evaluated_on_its_builds_held_out_pages(synth_dir, tiny_
     test_pages = {r.page_id for r in load_level(synth_dir, "L3").records
                   if resolve_held_out(synth_dir, "test", str(sft_dir), None).keeps(r)}
     held = run_eval(model, synth_dir, tmp_path / "held", "--backend", "hf", "--settings", "L3-ab", "--limit", "100")
-    assert held["meta"]["held_out"]["split"] == "test" and held["meta"]["held_out"]["training_records"] == 0
+    assert held["meta"]["held_out"]["split"] == "auto" and held["meta"]["held_out"]["training_records"] == 0
     assert held["settings"]["L3-ab"]["n_records"] == len(test_pages) > 0
-    assert "Records: the test split of the checkpoint's training build" in (tmp_path / "held" / "report.md").read_text()
+    assert "Records: the pages neither trained nor validated on (its test split, and pages it never saw) by the " \
+           "checkpoint's training build" in (tmp_path / "held" / "report.md").read_text()
     cmd = [sys.executable, str(ROOT / "eval" / "run_eval.py"), "--model", str(model), "--data", str(synth_dir),
            "--out", str(tmp_path / "all"), "--backend", "hf", "--settings", "L3-ab", "--split", "all",
            "--max-tokens", "48", "--max-model-len", "4096"]

@@ -73,11 +73,12 @@ def test_report_md_shows_the_soft_scores_and_what_decided_the_answers():
     from gbtrain.evaluation.reports import soft_table
 
     settings = {"L1-af": {"soft_scores": {"text_f1": 0.5, "text_anls": 0.25, "answer_f1": 1.0, "answer_anls": None},
-                          "answer_gate": {"by_rule": 3, "by_judge": 1, "types": {}}},
+                          "answer_gate": {"by_rule": 3, "by_judge": 1, "undecided": 2, "no_reference": 1,
+                                          "types": {}}},
                 "L1-ab": {"soft_scores": {"text_f1": 1.0, "text_anls": 1.0, "answer_f1": 0.0, "answer_anls": 0.0},
                           "answer_gate": {"by_rule": 0, "by_judge": 0, "types": {}}},
                 "L3-af": {"accuracy": 0.1}}  # a report from before soft scores: no row
     lines = soft_table(settings)
-    assert "| L1-af | 50.0 | 25.0 | 100.0 | – | 3 / 1 |" in lines
-    assert "| L1-ab | 100.0 | 100.0 | 0.0 | 0.0 | – |" in lines
+    assert "| L1-af | 50.0 | 25.0 | 100.0 | – | 3 / 1 / 2 | 1 |" in lines
+    assert "| L1-ab | 100.0 | 100.0 | 0.0 | 0.0 | – | – |" in lines  # a report from before no_reference: –
     assert not any(line.startswith("| L3-af") for line in lines) and soft_table({"L3-af": {}}) == []

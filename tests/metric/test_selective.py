@@ -24,12 +24,11 @@ from gbtrain.grading.grade import GradeRun, grade_pages
 from gbtrain.grading.threshold import review_threshold
 from gbtrain.inference.logprobs import Reply
 from gbtrain.metric.selective import (
+    Candidate,
     SelectiveFlags,
-    binomial_cdf,
     calibration,
     choose_threshold,
     coverage_table,
-    error_upper_bound,
 )
 from gbtrain.outputs import SELECTIVE_RECORD
 from gbtrain.schema import Box, Mark, Record
@@ -83,6 +82,8 @@ def test_a_review_budget_sends_the_least_confident_up_to_it():
     ({"max_error": 0.05, "review_budget": 0.1}, "--review-budget and --max-error: give one"),
     ({"max_error": 0.0}, "--max-error 0.0: give a share above 0 and below 1"),
     ({"max_error": 0.05, "delta": 1.5}, "--delta 1.5: give a chance above 0 and below 1"),
+    ({"certify": "points"}, "--certify points: give --max-error too"),
+    ({"max_error": 0.05, "certify": "marks"}, "--certify 'marks': choose one of items, points"),
 ])
 def test_bad_selective_flags_are_one_line_naming_the_flag(flags, message):
     with pytest.raises(ValueError, match=message):
@@ -267,58 +268,6 @@ def test_a_threshold_that_cannot_apply_is_one_line_naming_the_way_out(tmp_path):
     assert selection.SELECTIVE_RECORD == SELECTIVE_RECORD
 
 
-def test_the_binomial_bound_equals_published_values():
-    """Clopper-Pearson one-sided upper bounds at 95%: 0 errors in 10 is 1 - 0.05^(1/10); 1 in 20 is the 0.95
-    quantile of Beta(2, 19), 0.2161 (tables); and P(Binomial(5, 1/2) <= 1) = 6/32."""
-    assert binomial_cdf(1, 5, 0.5) == pytest.approx(6 / 32, rel=1e-12)
-    assert binomial_cdf(3, 40, 0.05) == pytest.approx(sum(math.comb(40, i) * 0.05**i * 0.95**(40 - i)
-                                                          for i in range(4)), rel=1e-12)
-    assert error_upper_bound(0, 10, 0.05) == pytest.approx(1 - 0.05 ** 0.1, abs=1e-6)
-    assert error_upper_bound(1, 20, 0.05) == pytest.approx(0.2161, abs=1e-4)
-    assert error_upper_bound(0, 0, 0.05) == 1.0 and error_upper_bound(5, 5, 0.05) == 1.0
-
-
-def _ranked(errors_by_confidence: list[tuple[float, bool]]) -> dict:
-    return _table(tuple((c, ok) for c, ok in errors_by_confidence))
-
-
-def test_a_certified_threshold_holds_its_bound_and_stops_at_the_first_that_fails():
-    """120 confident right judgments (0.99), then 40 at 0.8 of which 10 wrong, then 40 at 0.6 all right. From the
-    top: 0 errors in 120 certifies 5% at delta 0.05 ((0.95)^120 = 0.002); at 0.8 down, 10 in 160 does not
-    (P(Bin(160, 0.05) <= 10) = 0.79), so the walk stops there, although 10 in 200 at 0.6 would look better."""
-    groups = [(0.99, True)] * 120 + [(0.8, i >= 10) for i in range(40)] + [(0.6, True)] * 40
-    chosen = choose_threshold(_ranked(groups), {"max_error": 0.05, "delta": 0.05})
-    assert (chosen["threshold"], chosen["accepted"], chosen["errors"]) == (0.81, 120, 0)
-    assert chosen["coverage"] == pytest.approx(120 / 200, abs=1e-6) and chosen["review_share"] == pytest.approx(0.4)
-    assert chosen["error_bound"] == pytest.approx(1 - 0.05 ** (1 / 120), abs=1e-6)
-    assert chosen["error_bound"] <= 0.05
-    with pytest.raises(ValueError, match=r"--max-error 0.01 at --delta 0.05: no threshold is certified on these groups "
-                                         r"\(the strictest threshold that grades anything, 0.99, has 0 errors in 120 "
-                                         r"\(bound 0.025\)\): allow a larger error"):
-        choose_threshold(_ranked(groups), {"max_error": 0.01, "delta": 0.05})
-    with pytest.raises(ValueError, match="recorded before certified thresholds"):
-        choose_threshold({"rows": [{"threshold": 0.5, "coverage": 1.0, "accuracy": 1.0}]},
-                         {"max_error": 0.05, "delta": 0.05})
-
-
-def test_certification_fails_at_most_delta_of_the_time_when_the_error_is_exactly_the_bound():
-    """The guarantee, checked by simulation: validation sets whose true error among accepted items is exactly
-    max_error (200 items at one confidence, each wrong with probability 0.1) certify in at most delta of 2,000
-    draws (the exact test is conservative: 59 of 2,000, 0.0295, measured 2026-12-06)."""
-    import random
-
-    rng = random.Random(0)
-    certified = 0
-    for _ in range(2000):
-        groups = [(0.9, rng.random() >= 0.1) for _ in range(200)]
-        try:
-            choose_threshold(_ranked(groups), {"max_error": 0.1, "delta": 0.05})
-            certified += 1
-        except ValueError:
-            pass
-    assert certified / 2000 <= 0.05
-
-
 def test_calibration_is_the_ece_of_the_confidence_bins():
     """Bins [0.9, 1.0]: confidences 0.95, 0.95 with one right: |0.5 - 0.95|; [0.6, 0.7): 0.65 right: |1 - 0.65|.
     ECE = 2/3 x 0.45 + 1/3 x 0.35 = 0.41667; an unmatched group counts in no bin."""
@@ -355,21 +304,80 @@ def test_a_threshold_record_is_checked_when_read(tmp_path, entry, problem):
         review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
 
 
+def _certifiable() -> dict:
+    """100 pages of 5 items, 4 right at 0.99 and 1 wrong at 0.6 (tests/metric/test_certify.py: 10% is certified at
+    0.61 with one checkpoint compared)."""
+    pages = {f"p{i:02d}": [Candidate(0.99, False)] * 4 + [Candidate(0.6, True)] for i in range(100)}
+    return coverage_table([SimpleNamespace(localized=True, accurate=not c.error, confidence=c.confidence)
+                           for items in pages.values() for c in items], pages)
+
+
 def test_grade_pages_chooses_a_certified_threshold_from_the_recorded_table(tmp_path):
+    """grade_pages certifies anew from the recorded table at --delta divided among the checkpoints select_checkpoint
+    compared on it (recorded as `candidates`), or applies the recorded certified threshold as it is."""
     model = tmp_path / "ckpt"
     model.mkdir()
-    groups = [(0.99, True)] * 120 + [(0.8, i >= 10) for i in range(40)]
-    table = _ranked(groups)
+    table = _certifiable()
+    (model / SELECTIVE_RECORD).write_text(json.dumps(
+        {"rule": {"target_accuracy": 0.9}, "evaluation": "e", "candidates": 3, "settings": {"L3-af": {
+            "threshold": 0.0, "coverage": 1.0, "accuracy": 0.8, "review_share": 0.0, "table": table}}}))
+    chosen = review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o", max_error=0.1))
+    assert (chosen["threshold"], chosen["rule"]) == (0.61, {"max_error": 0.1, "delta": 0.05, "certify": "items"})
+    assert (chosen["candidates"], chosen["tested_delta"], chosen["errors"]) == (3, pytest.approx(0.05 / 3), 0)
+    # recorded by select_checkpoint with --max-error: grade_pages applies it with its figures, as recorded
+    rule = {"max_error": 0.1, "delta": 0.05, "certify": "items"}
+    certified = {**choose_threshold(table, rule), "problem": None, "table": table}
+    (model / SELECTIVE_RECORD).write_text(json.dumps(
+        {"rule": rule, "evaluation": "e", "candidates": 1, "settings": {"L3-af": certified}}))
+    applied = review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
+    assert (applied["threshold"], applied["p_value"], applied["accepted"]) == (0.61, certified["p_value"], 400)
+    # a table recorded before certified thresholds counted pages: evaluate again
+    old = {**table, "pages": None}
+    del old["pages"]
     (model / SELECTIVE_RECORD).write_text(json.dumps(
         {"rule": {"target_accuracy": 0.9}, "evaluation": "e", "settings": {"L3-af": {
-            "threshold": 0.0, "coverage": 1.0, "accuracy": 0.9375, "review_share": 0.0, "table": table}}}))
-    chosen = review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o", max_error=0.05))
-    assert (chosen["threshold"], chosen["rule"]) == (0.81, {"max_error": 0.05, "delta": 0.05})
-    assert chosen["error_bound"] <= 0.05
-    # recorded by select_checkpoint with --max-error: grade_pages applies it with its bound, as recorded
-    certified = {**choose_threshold(table, {"max_error": 0.05, "delta": 0.05}), "problem": None, "table": table}
-    (model / SELECTIVE_RECORD).write_text(json.dumps(
-        {"rule": {"max_error": 0.05, "delta": 0.05}, "evaluation": "e", "settings": {"L3-af": certified}}))
-    applied = review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
-    assert (applied["threshold"], applied["error_bound"], applied["accepted"]) == (
-        0.81, certified["error_bound"], 120)
+            "threshold": 0.0, "coverage": 1.0, "accuracy": 0.8, "review_share": 0.0, "table": old}}}))
+    with pytest.raises(ValueError, match=r"selective_threshold.json, L3-af: --max-error: this coverage table has no "
+                                         r"per-page counts .*: evaluate the validation split again"):
+        review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o", max_error=0.1))
+    for bad in (0, "3", True):
+        (model / SELECTIVE_RECORD).write_text(json.dumps({"rule": rule, "evaluation": "e", "candidates": bad,
+                                                          "settings": {"L3-af": certified}}))
+        with pytest.raises(ValueError, match="not a threshold record of select_checkpoint: delete it"):
+            review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
+
+
+def test_a_students_pages_are_one_unit_where_the_build_names_students(tmp_path, monkeypatch):
+    """certification_units: the training build's split_group names each page's student; without one, None."""
+    build = SimpleNamespace(split_group=r"^([^/]+)/")
+    monkeypatch.setattr(selection, "finished_build", lambda dataset: build)
+    records = [Record(f"r{i}", "L3", "Mathematics", f"{who}/p{i}.png", 10, 10, []) for i, who in
+               enumerate(("anna", "anna", "ben"))]
+    assert selection.certification_units(records, str(tmp_path)) == (
+        {"p0": "anna", "p1": "anna", "p2": "ben"}, "split_group ^([^/]+)/")
+    assert selection.certification_units(records, None) is None
+    build.split_group = None
+    assert selection.certification_units(records, str(tmp_path)) is None
+    build.split_group = r"^(class\d)/"
+    with pytest.raises(ValueError, match=r"record r0: its image 'anna/p0.png' does not match split_group"):
+        selection.certification_units(records, str(tmp_path))
+
+
+def test_select_checkpoint_certifies_over_pages_and_says_why_not(tmp_path, budget, monkeypatch):
+    """--max-error on three validation pages: the report's table holds each page's counts, and three pages are too
+    few to certify anything: the record says so, with the checkpoints compared, and selection.md names the rule."""
+    backend = ConfidentBackend(budget)
+    monkeypatch.setattr(run, "open_backend", lambda r, plan: (backend, None))
+    summary = select_checkpoint(SelectRun(run=str(_training_run(tmp_path / "run", budget)),
+                                          data=str(_data(tmp_path / "data")), out=str(tmp_path / "select"),
+                                          settings="L3-af", split="all", backend="hf", max_error=0.2), progress=False)
+    chosen = summary["selective"]["settings"]["L3-af"]
+    assert chosen["threshold"] is None
+    assert re.search(r"--max-error 0.2 at --delta 0.05: no threshold is certified on these 3 pages .*evaluate more "
+                     r"validation pages", chosen["problem"])
+    assert summary["selective"]["candidates"] == 1
+    report = json.loads((tmp_path / "select" / "checkpoint-2" / "report.json").read_text())
+    pages = report["settings"]["L3-af"]["selective"]["pages"]
+    assert sorted(pages) == ["p0", "p1", "p2"] and all(p["items"] == 2 for p in pages.values())
+    assert "Review threshold (certified error of items 20.0% at delta 5.0%)" in \
+        (tmp_path / "select" / "selection.md").read_text()
