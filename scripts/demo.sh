@@ -9,18 +9,30 @@
 #   scripts/demo.sh --full [OUT_DIR]   about 40 minutes (2,389 s measured; docs/demo.md): numbers as well
 #                                      (--profile legible), a longer warm-up, 4.5 times the fine-tuning, and the
 #                                      three-turn decomposition
+#   --seed N                           another draw of everything random (pages, held-out pages, weights, warm-up,
+#                                      split, training order; 0 by default): docs/demo.md gives the spread over seeds
 # (default OUT_DIR runs/demo-<timestamp>). Sizes can be changed through the environment: DEMO_PAGES,
 # DEMO_HELDOUT_PAGES, DEMO_CONVERSATIONS, DEMO_EVAL_RECORDS, DEMO_TRAIN_STEPS, DEMO_EVAL_EVERY, DEMO_HIDDEN,
-# DEMO_LAYERS, DEMO_COORDS, DEMO_WARMUP_STEPS, DEMO_MAX_TOKENS; DEMO_SMOKE=1 shrinks every count to a smoke
+# DEMO_LAYERS, DEMO_COORDS, DEMO_WARMUP_STEPS, DEMO_MAX_TOKENS; DEMO_DETERMINISTIC=1 trains with torch's
+# deterministic kernels (deterministic=true); DEMO_SMOKE=1 shrinks every count to a smoke
 # test's (tests/test_demo.py). Each stage's whole output is in OUT_DIR/logs/.
 # On a GPU machine, GBTRAIN_VENV=<an environment with CUDA torch and the extras> makes the same commands train and
 # evaluate on the GPU (.venv is CPU-only).
 set -euo pipefail
 fail() { echo "demo: $*" >&2; exit 2; }  # a refusal before any work: one line, exit 2
-FULL=false
-if [ "${1:-}" = "--full" ]; then FULL=true; shift; fi
-case "${1:-}" in -*) fail "unknown option '$1': scripts/demo.sh [--full] [OUT_DIR]" ;; esac
-[ $# -le 1 ] || fail "$# folders given ($*): scripts/demo.sh [--full] [OUT_DIR] takes one"
+FULL=false SEED=0
+USAGE="scripts/demo.sh [--full] [--seed N] [OUT_DIR]"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --full) FULL=true; shift ;;
+    --seed)
+      [[ "${2:-}" =~ ^[0-9]{1,4}$ ]] || fail "--seed ${2:-}: give a whole number from 0 to 9999 ($USAGE)"
+      SEED=$((10#$2)); shift 2 ;;
+    -*) fail "unknown option '$1': $USAGE" ;;
+    *) break ;;
+  esac
+done
+[ $# -le 1 ] || fail "$# folders given ($*): $USAGE takes one"
 # OUT as given is read from the folder the demo was started in (demo.sh demo-out writes ./demo-out there, never
 # into the checkout); the default lies in the checkout's runs/
 if [ -n "${1:-}" ]; then
@@ -42,6 +54,7 @@ done
 case "${DEMO_COORDS:-rel1000}" in qwen25|abs|rel1000|rel1000-yxyx|rel1|rel1-cxcywh) ;;
   *) fail "DEMO_COORDS=$DEMO_COORDS: one of qwen25, abs, rel1000, rel1000-yxyx, rel1, rel1-cxcywh" ;; esac
 case "${DEMO_SMOKE:-0}" in 0|1) ;; *) fail "DEMO_SMOKE=$DEMO_SMOKE: 1 (smoke-test sizes) or 0" ;; esac
+case "${DEMO_DETERMINISTIC:-0}" in 0|1) ;; *) fail "DEMO_DETERMINISTIC=$DEMO_DETERMINISTIC: 1 (torch's deterministic kernels) or 0" ;; esac
 if [ -n "${GBTRAIN_VENV:-}" ] && [ ! -x "$GBTRAIN_VENV/bin/python" ]; then
   fail "GBTRAIN_VENV=$GBTRAIN_VENV has no bin/python: name a Python environment with gbtrain's dependencies"
 fi
@@ -95,7 +108,8 @@ else
   # whole row, so unpacked batches train twice the tokens per second here (docs/demo.md)
   TRAIN_ARGS+=(lr.llm=1e-3 packing=false per_device_batch_size=3)
 fi
-MODEL_ARGS=(--vision-hidden 128 --vision-depth 3 --vision-warmup-steps "$WARMUP_STEPS" --vision-profile "$PROFILE")
+if [ "${DEMO_DETERMINISTIC:-0}" = 1 ]; then TRAIN_ARGS+=(deterministic=true); fi
+MODEL_ARGS=(--seed "$SEED" --vision-hidden 128 --vision-depth 3 --vision-warmup-steps "$WARMUP_STEPS" --vision-profile "$PROFILE")
 mkdir -p "$OUT"
 log() { echo "[demo $(date +%H:%M:%S)] $*"; }
 start=$(date +%s)
@@ -146,9 +160,10 @@ stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the
 # The pages are drawn beside the warm-up, which leaves part of the CPU idle while it draws its own crops
 log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held out (another seed), beside the model"
 (
-  stage pages '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed 0 \
+  stage pages '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed $((2 * SEED)) \
     --profile "$PROFILE"
-  stage heldout '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/heldout" --pages "$HELDOUT_PAGES" --seed 1 \
+  stage heldout '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/heldout" --pages "$HELDOUT_PAGES" \
+    --seed $((2 * SEED + 1)) \
     --profile "$PROFILE"
 ) &
 pages_job=$!
@@ -164,7 +179,7 @@ trap - EXIT
 log "SFT conversations"
 stage conversations '^wrote .*' $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" \
   --config configs/data/default.yaml target_count="$CONVERSATIONS" coords="$COORDS" vision.min_pixels=$MIN_PX \
-  vision.max_pixels=$MAX_PX max_length=2048 tokenizer="$OUT/base-model" test_share=0.0 validation_share=0.05 "${DATA_ARGS[@]}"
+  vision.max_pixels=$MAX_PX max_length=2048 tokenizer="$OUT/base-model" seed="$SEED" test_share=0.0 validation_share=0.05 "${DATA_ARGS[@]}"
 
 # Both models' replies are decoded under the grading schema (--structured, docs/evaluation.md): every reply parses,
 # and the figures measure what a model finds and reads, not how often its JSON breaks
@@ -175,11 +190,12 @@ BAR='L[123]-a[bf][^:]*: +100%[|][^|]*[|] *[0-9]+/[0-9]+'  # each setting's finis
 log "evaluate the base model (six settings${THREE_TURN:+ + three-turn}, $EVAL_RECORDS held-out records per level)"
 stage eval-base "$BAR" $PY eval/run_eval.py --model "$OUT/base-model" --out "$OUT/eval-base" "${EVAL_ARGS[@]}"
 
-log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py; the loss every 50 steps)"
-stage train "\{'(eval_)?loss'[^}]*\}" $VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py \
+LOG_EVERY=$(( STEPS < 50 ? STEPS : 50 ))
+log "fine-tune ($STEPS steps, accelerate launch recipes/sft_qwen.py; the loss every $LOG_EVERY steps)"
+stage train '\[train\] step .*' $VENV/bin/accelerate launch --num_processes 1 "${DEVICE[@]}" recipes/sft_qwen.py \
   --config configs/sft/tiny_cpu.yaml model="$OUT/base-model" dataset="$OUT/sft" output_dir="$OUT/sft-model" \
   max_steps="$STEPS" max_length=2048 eval_steps="$EVAL_EVERY" save_steps="$EVAL_EVERY" \
-  logging_steps=50 limit_eval_samples=32 "${TRAIN_ARGS[@]}"
+  logging_steps=$LOG_EVERY limit_eval_samples=32 seed=$((42 + SEED)) "${TRAIN_ARGS[@]}"
 test -f "$OUT/sft-model/train_summary.json"
 
 log "evaluate the fine-tuned model"
@@ -191,4 +207,4 @@ grep '^{' "$OUT/logs/reliance.log" > "$OUT/image_reliance.json"
 
 log "gains (base -> fine-tuned; $OUT/gains.md gives each gain's interval)"
 stage gains '.*' $PY eval/compare.py "$OUT/eval-base/report.json" "$OUT/eval-sft/report.json" --out "$OUT/gains.md"
-log "done in $(( $(date +%s) - start )) s: $OUT/gains.md, $OUT/eval-*/report.html (plots/, overlays/), logs in $OUT/logs"
+log "done in $(( $(date +%s) - start )) s (seed $SEED): $OUT/gains.html (gains.md), $OUT/eval-*/report.html (plots/, overlays/), logs in $OUT/logs"

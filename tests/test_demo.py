@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,18 @@ def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
     train_log = (out / "logs" / "train.log").read_text(encoding="utf-8")
     progress = re.compile(r"(it/s|s/it)\]")
     assert progress.search(train_log) and not progress.search(console), console
-    assert console.count("[demo ") >= 9 and "done in" in console
+    assert console.count("[demo ") >= 9 and "done in" in console and "gains.html" in console
+    # each long stage says where it is and how long it still needs
+    assert re.search(r"vision warm-up step 4/4 \(100%\) loss [\d.]+ · \S+ left", console), console
+    assert re.search(r"\[train\] step 4/4 \(100%\) loss [\d.]+ .*tok/s · \S+ left", console), console
     assert "Warning" not in console, console
     assert console.count("\n") < 60, console
+    # the spread over runs (docs/demo.md) reads the run's figures back: one row per run, then min / median / max
+    spread = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo_spread.py"),
+                             str(out), str(out), "--json", str(tmp_path / "spread.json")],
+                            capture_output=True, text=True, timeout=120)
+    assert spread.returncode == 0, spread.stderr[-3000:]
+    assert spread.stdout.count(f"| {out} |") == 2 and "| min / median / max |" in spread.stdout, spread.stdout
+    figures = json.loads((tmp_path / "spread.json").read_text(encoding="utf-8"))
+    assert figures["cpu"] and set(figures["runs"][0]["settings"]) == {"L1-ab", "L1-af", "L2-ab", "L2-af", "L3-ab",
+                                                                        "L3-af"}

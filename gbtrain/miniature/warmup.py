@@ -25,6 +25,7 @@ from PIL import Image
 
 from gbtrain.data.synth.generate import CHARSETS
 from gbtrain.families import family_of_config
+from gbtrain.progress import Eta
 from gbtrain.schema import Box
 
 HANDWRITING_CHARSET = CHARSETS["legible"]  # numbers, angles, choice letters, ticks
@@ -206,7 +207,7 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
                 "ink_token_accuracy": round(paper_right / tokens, 4),
                 "place_mean_abs_error": round(place_error / (2 * tokens), 4) if placed else None}
 
-    batches, start = _Batches(opts, opts.seed, image_processor, side), time.time()
+    batches, start, eta = _Batches(opts, opts.seed, image_processor, side), time.time(), Eta(opts.steps)
     visual.train()
     # drawing a batch takes as long as learning from it; PIL and torch both release the GIL, so the next batch is
     # drawn in a thread while this one trains
@@ -225,8 +226,8 @@ def warm_up_vision(model, opts: WarmupOptions, image_processor, log=print) -> di
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             schedule.step()
-            if (step + 1) % 200 == 0:
-                log(f"vision warm-up step {step + 1}/{opts.steps}: loss {loss.item():.4f}")
+            if (step + 1) % 50 == 0 or step + 1 == opts.steps:
+                log(f"vision warm-up {eta.line(step + 1, f'loss {loss.item():.4f}')}")
     visual.eval()
     result = {"options": asdict(opts), "crop_px": list(opts.crop_px(side)), "held_out": evaluate(),
               "seconds": round(time.time() - start, 1)}

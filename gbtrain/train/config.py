@@ -91,6 +91,9 @@ class TrainConfig:
                                 bounds=(1, 10**9))
     report_to: list[str] = option(["tensorboard"], "loggers ([wandb] for W&B)")
     seed: int = option(42, "seed of the model's new weights, the data order and packing", bounds=(0, 2**32 - 1))
+    deterministic: bool = option(False, "torch's deterministic kernels (transformers' full_determinism: "
+                                        "use_deterministic_algorithms, cuDNN and cuBLAS settings): the same run gives "
+                                        "the same weights on the same machine and software, more slowly on a GPU")
     resume: bool = option(False, "continue from the last checkpoint in output_dir")
     dataloader_num_workers: int = option(2, "data loading processes", bounds=(0, 256))
     peak_tflops: float = option(989.0, "per-device dense bf16 peak for the MFU column (H100/H200 SXM); 0 disables "
