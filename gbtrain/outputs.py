@@ -12,6 +12,7 @@ input, and never mixes its work with work made otherwise (another model, config 
 | eval/run_eval.py, eval/grade_pages.py | predictions; graded pages | RUN_RECORD (claim_output_folder) |
 | eval/select_checkpoint.py | evaluations, the copy | SELECTION_RECORD; COPY_MARKER and SELECTIVE_RECORD in the copy |
 | eval/review.py export / import | GRADED/review; the reviewed pages | REVIEW_RECORD in each |
+| eval/score.py | a report and its table beside it (claim_output_files) | the report itself |
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gbtrain.config import identity_differences
@@ -140,3 +141,22 @@ def claim_rebuilt_folder(out: str | Path, flag: str, tool: str, ours: bool) -> N
     if out.is_dir() and any(out.iterdir()) and not ours:
         raise ValueError(f"{flag} {out} holds files that {tool} did not write (no readable record of it): choose "
                          f"another {flag} (or an empty one)")
+
+
+def claim_output_files(files: Iterable[tuple[Path, Callable[[Path], bool]]], inputs: dict[str, str | Path | None],
+                       flag: str, tool: str) -> None:
+    """A tool that writes named files (a report, and tables beside it) writes none of them over what it reads or into
+    a folder it reads (`inputs`: flag -> file or folder), and replaces an existing file only where `ours` recognises
+    it as this tool's own output: anything else may be a teacher's annotations or another tool's report."""
+    sources = {flag_name: Path(p).resolve() for flag_name, p in inputs.items() if p and str(p).strip()}
+    for path, ours in files:
+        target = path.resolve()
+        for name, src in sources.items():
+            if target == src or src in target.parents:
+                how = "is" if target == src else "lies inside"
+                raise ValueError(f"{flag} {path} {how} {name} {src}, which {tool} reads: write it elsewhere")
+        if path.is_dir():
+            raise ValueError(f"{flag} {path} is a folder: name a file")
+        if path.exists() and not ours(path):
+            raise ValueError(f"{path} exists and is not a file {tool} wrote: choose another {flag} (it is never "
+                             f"replaced)")

@@ -159,6 +159,7 @@ stage() {  # stage NAME SHOWN COMMAND...: SHOWN is a grep -E pattern of what the
 
 # The pages are drawn beside the warm-up, which leaves part of the CPU idle while it draws its own crops
 log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held out (another seed), beside the model"
+set -m  # the pages job in a process group of its own, so that the trap below ends it whole (the generator's workers)
 (
   stage pages '^wrote .*' $PY data_builders/synth_pages.py --out "$OUT/pages" --pages "$PAGES" --seed $((2 * SEED)) \
     --profile "$PROFILE"
@@ -167,14 +168,16 @@ log "synthetic exam pages ($PROFILE): $PAGES for training, $HELDOUT_PAGES held o
     --profile "$PROFILE"
 ) &
 pages_job=$!
-# a failed or interrupted model stage does not leave the pages being drawn
-trap 'pkill -P "$pages_job" 2>/dev/null || true; kill "$pages_job" 2>/dev/null || true' EXIT
+set +m
+# a failed or interrupted model stage does not leave the pages being drawn, nor their workers waiting
+trap 'kill -- -"$pages_job" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
 
 log "tiny Qwen2.5-VL (hidden $HIDDEN, $LAYERS layers), its vision tower warmed up on $PROFILE handwriting ($WARMUP_STEPS steps)"
 stage model 'vision warm-up (step|done).*|tiny .* written to .*' $PY scripts/make_tiny_model.py \
   --out "$OUT/base-model" --hidden "$HIDDEN" --layers "$LAYERS" "${MODEL_ARGS[@]}"
 wait "$pages_job"  # its stage has said what failed; set -e stops here with its status
-trap - EXIT
+trap - EXIT INT TERM
 
 log "SFT conversations"
 stage conversations '^wrote .*' $PY data_builders/build_sft.py --data "$OUT/pages" --out "$OUT/sft" \

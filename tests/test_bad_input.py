@@ -526,7 +526,21 @@ def score_cases() -> list[Case]:
              setup=chain(ok, lambda env: read_only(env, "ro")), outputs=()),
         Case("out-a-folder", SCORE, [*score_args()[:-1], "{box}/out"], r"out.*(Is a directory|folder)",
              setup=chain(ok, make_dir("out"))),
-        Case("out-disk-full", SCORE, [*score_args()[:-1], "/dev/full"], r"/dev/full.*No space", setup=ok, outputs=()),
+        Case("out-disk-full", SCORE, [*score_args()[:-1], "{box}/full/report.json"], r"report\.json.*(No space|too "
+             r"large)", setup=ok, outputs=("full",), file_size_limit=4096),
+        # an output never over an input, a teacher's file or another tool's (nothing in the box changes)
+        Case("out-is-the-annotations", SCORE, [*score_args(data="{box}/data")[:-1], "{box}/data/annotations/L1.json"],
+             r"--out \S+/L1\.json lies inside --data \S+/data, which score\.py reads", setup=chain(data(), ok),
+             outputs=()),
+        Case("out-is-the-predictions", SCORE, [*score_args()[:-1], "{box}/p.jsonl"],
+             r"--out \S+/p\.jsonl is --predictions", setup=ok, outputs=()),
+        Case("out-over-an-evaluation-report", SCORE, [*score_args()[:-1], "{box}/ev/report.json"],
+             r"ev/report\.json exists and is not a file score\.py wrote: choose another --out",
+             setup=chain(ok, write("ev/report.json", '{"meta": {"model": "m"}, "settings": {}, "table2": {}}')),
+             outputs=()),
+        Case("out-beside-a-users-table", SCORE, [*score_args()[:-1], "{box}/mine.json"],
+             r"mine\.questions\.csv exists and is not a file score\.py wrote", outputs=(),
+             setup=chain(ok, write("mine.questions.csv", "student,my notes\nann,check again\n"))),
         # annotations (their own data folder)
         Case("annotation-id-null", SCORE, score_args(data="{box}/data"), r"L1\.json \[record None\]: id must be",
              setup=chain(data(), edit_record("L1", 1, set_key("id", None)), ok)),
@@ -559,6 +573,13 @@ def score_cases() -> list[Case]:
              score_args("--judge", "openai:yes@" + "{cred_url}", mode="answer-free"),
              code=0, check=report_has("out/report.json", settings__judge=lambda j: SECRET not in j,
                                       answer_gate__by_judge=1), setup=undecided),
+        # a judge's reply that repeats the key: counted unclear, its example kept without the key (every written
+        # file and the console are searched for it)
+        Case("judge-reply-echoes-the-key", SCORE, score_args("--judge", "openai:echo-key-reply@{url}",
+                                                             mode="answer-free"),
+             code=0, env={"OPENAI_API_KEY": SECRET}, setup=undecided,
+             check=report_has("out/report.json", judge_replies__unclear=1,
+                              judge_replies__unclear_examples=lambda e: "Bearer ***" in e[0]["reply"])),
         Case("judge-401-credentials", SCORE,
              score_args("--judge", "openai:auth@" + "{cred_url}", mode="answer-free"),
              r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401", setup=undecided),
@@ -3311,11 +3332,14 @@ REPLIES = {"ok": "[]", "yes": "yes", "huge": "[" * 1_200_000, "deep": "[" * 5000
 
 def answer_by_model(model: str, n: int) -> tuple[int, str | None]:
     """What the fake endpoint answers depends on the requested model name: ok ("[]"), yes, graded (two items), ided
-    (the two items with their question ids), printed (with ids as a page prints them),
+    (the two items with their question ids), printed (with ids as a page prints them), echo-key-reply (a reply
+    holding the request's key),
     refuse (400), refuse-second (400 to its second request), auth (401), missing (404), huge, deep, bignum,
     surrogate, surrogate-text, formula, html (hostile REPLIES) and null (no content)."""
     status = 400 if model in ("refuse", "echo-key") or (model == "refuse-second" and n == 2) else \
         {"auth": 401, "echo-key-401": 401, "missing": 404}.get(model, 200)
+    if model == "echo-key-reply":  # a reply (status 200) that repeats the request's key: a judge's example
+        return 200, f"I cannot tell. Request: Authorization: Bearer {SECRET}; key {SECRET}"
     if model.startswith("echo-key"):  # an endpoint whose error text repeats the request's key
         return status, f"invalid request (Authorization: Bearer {SECRET}; key {SECRET})"
     return (status, REPLIES.get(model, "[]")) if status == 200 else (status, f"refused ({status})")

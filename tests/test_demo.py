@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,30 @@ def test_the_demo_runs_end_to_end_at_smoke_size(tmp_path):
     figures = json.loads((tmp_path / "spread.json").read_text(encoding="utf-8"))
     assert figures["cpu"] and set(figures["runs"][0]["settings"]) == {"L1-ab", "L1-af", "L2-ab", "L2-af", "L3-ab",
                                                                         "L3-af"}
+
+
+def test_a_failed_stage_leaves_no_page_generator_running(tmp_path):
+    """The model stage fails while the pages are drawn beside it (a multiprocessing pool): the demo exits with the
+    stage's status and nothing it started is left running, the generator's workers included."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    # the real interpreter, except for the model stage, which fails after the pages have started
+    (venv / "python").write_text(f'#!/bin/sh\ncase "$*" in *make_tiny_model*) sleep 4; exit 3 ;; esac\n'
+                                 f'exec {sys.executable} "$@"\n')
+    (venv / "python").chmod(0o755)
+    out = tmp_path / "demo"
+    env = {**os.environ, "GBTRAIN_VENV": str(tmp_path / "venv"), "DEMO_PAGES": "400"}
+    done = subprocess.run([str(ROOT / "scripts" / "demo.sh"), str(out)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3 and "the stage 'model' failed (exit 3)" in done.stderr, done.stderr[-2000:]
+    assert "written" not in (out / "logs" / "pages.log").read_text(encoding="utf-8")  # still drawing at the failure
+
+    def left() -> list[str]:
+        found = subprocess.run(["pgrep", "-af", str(out)], capture_output=True, text=True).stdout
+        return [line for line in found.splitlines() if "pgrep" not in line]
+
+    for _ in range(20):  # a killed worker may take a moment to go
+        if not left():
+            break
+        time.sleep(0.25)
+    assert not left()

@@ -124,8 +124,10 @@ class OpenAIBackend(RegisteredBackend):
 
 def _reply(choice) -> str:
     """The reply, with its tokens' logprobs (a Reply) where the endpoint gave them and their texts spell the reply
-    (the offsets are their cumulative lengths); otherwise the plain text, which has no confidences."""
-    content = choice.message.content or ""
+    (the offsets are their cumulative lengths); otherwise the plain text, which has no confidences. Credentials are
+    redacted first (an endpoint that echoes the request's Authorization header would put the key into predictions,
+    judge examples and reports): a reply they were cut from has no confidences."""
+    content = redact(choice.message.content or "")
     tokens = getattr(getattr(choice, "logprobs", None), "content", None) or []
     if not tokens or "".join(t.token for t in tokens) != content:
         return content

@@ -25,12 +25,13 @@ from gbtrain.config import option
 from gbtrain.coords import CONVENTIONS, PixelBudget, from_model
 from gbtrain.data.annotations import annotation_path, load_level
 from gbtrain.data.held_out import SplitFlags, resolve_held_out
-from gbtrain.files import write_table
+from gbtrain.files import read_json, write_table
 from gbtrain.inference.base import VLLMMemory
 from gbtrain.metric import answers, confidence, intervals, judges, parsing, points, selective, text_scores
 from gbtrain.metric.intervals import IntervalFlags, IntervalOptions, PageOutcomes
 from gbtrain.metric.points import PointsFlags, PointsOptions, verdict_errors
 from gbtrain.metric.text_scores import normalize_text
+from gbtrain.outputs import claim_output_files, require_out
 from gbtrain.schema import RIGHT, WRONG, Box, Group, Mark, Record, printed_id
 from gbtrain.values import question_id_key
 from gbtrain.vocabulary import ANSWER_FREE, LEVELS, MODES
@@ -635,6 +636,24 @@ def question_rows(setting: str, report: dict) -> list[dict]:
              "box": " ".join(f"{v:g}" for v in g["box"]) if g["box"] else None} for g in report["groups"]]
 
 
+def _is_score_report(path: Path) -> bool:
+    """A report score.py wrote (a JSON object with its scorer's hash and groups), which a rerun may replace."""
+    try:
+        report = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and {"scorer_sha256", "groups", "coverage"} <= set(report)
+
+
+def _is_question_table(path: Path) -> bool:
+    """A per-question table score.py wrote: its header is QUESTION_COLUMNS."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().rstrip("\r\n") == ",".join(QUESTION_COLUMNS)
+    except OSError:
+        return False
+
+
 def questions_path(report_path: str | Path) -> Path:
     """Where score.py writes a report's per-question table: beside it, REPORT.questions.csv."""
     path = Path(report_path)
@@ -672,6 +691,10 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
                         run.points_options(), run.interval_options(), **run.gate_options())
+    require_out(run.out)
+    claim_output_files([(Path(run.out), _is_score_report), (questions_path(run.out), _is_question_table)],
+                       {"--data": run.data, "--predictions": run.predictions, "--build": run.build}, "--out",
+                       "score.py")
     judge = judges.judge_from_spec(run.judge, VLLMMemory(run.kv_cache_gib, run.gpu_memory_utilization))
     held = resolve_held_out(run.data, run.split, run.build, None)
     loaded = load_level(run.data, run.level, lenient=run.lenient, whole_images=False)
