@@ -7,7 +7,14 @@ from pathlib import Path
 
 from gbtrain.coords import PixelBudget
 from gbtrain.files import read_json
-from gbtrain.grading.answer_key import AnswerKey, asked_ids, by_position, key_ids, question_of
+from gbtrain.grading.answer_key import (
+    AnswerKey,
+    ReferenceTries,
+    asked_ids,
+    by_position,
+    key_ids,
+    question_of,
+)
 from gbtrain.grading.pages import LoadedPage, Page, PageSize
 from gbtrain.metric import confidence
 from gbtrain.metric.parsing import normalize_items, parse_points, parse_response
@@ -47,11 +54,16 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
     normalized = normalize_items(parsed.items)
     confidence.annotate(normalized, reply, logprobs)
     boxed = list(item_boxes(normalized, PageSize(width, height), opts))
-    ids = key_ids(key)
-    found = [question_of(ib.item, key, asked, ids) for ib in boxed]
+    ids, tries = key_ids(key), ReferenceTries()
+    found, untried = [], set()  # untried: items past the page's MAX_REFERENCE_TRIES, never compared with a reference
+    for k, ib in enumerate(boxed):
+        skipped = tries.skipped
+        found.append(question_of(ib.item, key, asked, ids, tries))
+        if tries.skipped > skipped:
+            untried.add(k)
     found = by_position(found, key if asked is None else asked)
     items = []
-    for ib, (qid, matched_by) in zip(boxed, found, strict=True):
+    for k, (ib, (qid, matched_by)) in enumerate(zip(boxed, found, strict=True)):
         it = ib.item
         box = None if ib.box is None else [round(v, 1) for v in ib.box.as_list()]
         question = questions.get(qid) if matched_by else None
@@ -64,7 +76,8 @@ def read_reply(reply: str, width: int, height: int, coords: str, budget: PixelBu
                       "reference": question.answer if question else None,
                       "question_type": question.question_type if question else None,
                       "confidence": _rounded(it.confidence), "box_confidence": _rounded(it.box_confidence),
-                      "review": threshold is not None and needs_review(it.confidence, threshold)})
+                      "review": threshold is not None and needs_review(it.confidence, threshold),
+                      "reference_untried": k in untried})
     return items, parsed.reason
 
 

@@ -28,7 +28,7 @@ MAX_EXPONENT = 999  # |exponent| above this is refused: exact arithmetic on 10^(
 
 # "The answer is", "Answer:", "答案是" ... and a leading "=", matched after NFKC (which turns "：" into ":").
 _ANSWER_PREFIX = re.compile(
-    r"^(?:final answer\s*:|the (?:final )?answer is\b\s*:?|answer is\b\s*:?|answer\s*:"
+    r"(?:final answer\s*:|the (?:final )?answer is\b\s*:?|answer is\b\s*:?|answer\s*:"
     r"|答案是\s*:?|答案\s*:|答\s*:|=)\s*", re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _TRAILING_PUNCT = re.compile(r"[\s.。,，;；:：!！?？、]+$")
@@ -38,11 +38,12 @@ _CJK_GAP = re.compile(f"(?<=[{CJK_CLASS}]) (?=[{CJK_CLASS}])")
 
 
 def _strip_prefix(s: str) -> str:
-    """s without its leading answer prefixes ("Final answer: the answer is 5" -> "5")."""
-    s = s.strip()
-    while (m := _ANSWER_PREFIX.match(s)) and m.end():
-        s = s[m.end():].strip()
-    return s
+    """s without its leading answer prefixes ("Final answer: the answer is 5" -> "5"), in one pass over them (a
+    slice per prefix made 900,000 "=" quadratic)."""
+    s, pos = s.strip(), 0
+    while (m := _ANSWER_PREFIX.match(s, pos)) and m.end() > pos:
+        pos = m.end()
+    return s[pos:].strip()
 
 
 def normalize_answer(text: str) -> str:

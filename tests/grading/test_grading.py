@@ -252,6 +252,23 @@ def test_a_reply_is_read_into_page_pixels(budget):
     assert len(cut[0]) == 1 and cut[1] == "truncated"
 
 
+def test_unnamed_items_are_compared_with_the_key_only_up_to_a_stated_limit(budget):
+    """300 items that name no question against a key of 3,000 (every answer compared with every reference took
+    minutes): items are compared until MAX_REFERENCE_TRIES, the rest are left unmatched and marked untried, the
+    first ones still found by the reference they repeat."""
+    from gbtrain.grading.answer_key import MAX_REFERENCE_TRIES
+
+    key = [KeyQuestion(str(i), str(1000 + i)) for i in range(3000)]
+    reply = json.dumps([{"bbox_2d": [10, 10, 50, 50], "text": str(1000 + i), "answer": str(1000 + i),
+                         "correctness": True} for i in range(300)])
+    items, reason = read_reply(reply, 1000, 1400, "qwen25", budget, key)
+    tried = MAX_REFERENCE_TRIES // len(key)
+    assert reason is None and len(items) == 300
+    assert [it["question_id"] for it in items[:tried]] == [str(i) for i in range(tried)]
+    assert all(it["matched_by"] == "reference" and not it["reference_untried"] for it in items[:tried])
+    assert all(it["matched_by"] is None and it["reference_untried"] for it in items[tried:])
+
+
 # --------------------------------------------------------------------------------- the output folder
 class RecordingBackend:
     """Answers every page with one item: the page's middle half, in the model's (qwen25) convention."""
