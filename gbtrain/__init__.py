@@ -9,7 +9,7 @@ The package is laid out by the pipeline's stages, each importing only from the s
    shared by training and evaluation), ``config`` (options, YAML configs, overrides), ``outputs`` (every tool's
    output folder and record), ``files`` (files written whole, JSON read back, image suffixes), ``cli`` (flags and
    one-line user errors), ``text`` (what may leave the program), ``progress`` (a long loop's console line and the
-   time it still needs).
+   time it still needs), ``patterns`` (users' regular expressions, with a time limit).
 1. ``data``: annotations, page images, drawing, converters, the synthetic generator, SFT conversations and datasets.
 2. ``train``: config, collator, packed attention, model setup, feature cache, checkpoints, trainer, LoRA merge.
 3. ``inference``: the vLLM, transformers and OpenAI-compatible backends.

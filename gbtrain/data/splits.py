@@ -5,9 +5,10 @@ no page is trained on and scored."""
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
+from functools import lru_cache
 
+from gbtrain.patterns import UserPattern
 from gbtrain.schema import Record
 
 SPLITS = ("train", "validation", "test")
@@ -23,6 +24,11 @@ def split_of(key: str, seed: int, validation_share: float, test_share: float) ->
     return "train"
 
 
+@lru_cache(maxsize=64)
+def _group_pattern(group: str) -> UserPattern:
+    return UserPattern(group, "split_group")
+
+
 @dataclass(frozen=True)
 class SplitRule:
     """A build's split: its seed and shares, and `group`, a regex whose first group (or whole match), searched in a
@@ -36,10 +42,7 @@ class SplitRule:
 
     def __post_init__(self):
         if self.group is not None:
-            try:
-                re.compile(self.group)
-            except re.error as e:
-                raise ValueError(f"split_group {self.group!r:.80}: not a regular expression ({e})") from None
+            _group_pattern(self.group)
 
     @classmethod
     def of(cls, cfg) -> SplitRule:
@@ -53,7 +56,7 @@ class SplitRule:
         not match is a ValueError naming it."""
         if self.group is None:
             return record.page_id
-        found = re.search(self.group, record.image)
+        found = _group_pattern(self.group).search(record.image)
         if found is None:
             raise ValueError(f"record {record.record_id}: its image {record.image!r:.80} does not match split_group "
                              f"{self.group!r}: name every page's student or exam in its path, or change split_group")

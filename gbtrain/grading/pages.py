@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from PIL import Image, ImageOps
 
 from gbtrain.coords import aspect_problem
 from gbtrain.files import IMAGE_SUFFIXES
+from gbtrain.patterns import UserPattern
 from gbtrain.text import safe_name
 
 PDF_SUFFIX = ".pdf"
@@ -110,10 +110,7 @@ def students_of(files: list[str], manifest: str | None, pattern: str | None) -> 
     if manifest and pattern:
         raise ValueError("--students and --student-pattern: give one (a manifest, or a pattern on the file paths)")
     if pattern:
-        try:
-            rule = re.compile(pattern)
-        except re.error as e:
-            raise ValueError(f"--student-pattern {pattern!r:.80}: not a regular expression ({e})") from None
+        rule = UserPattern(pattern, "--student-pattern")
         found = {f: m.group(1) if rule.groups else m.group(0) for f in files if (m := rule.search(f))}
         missing = [f for f in files if not found.get(f)]
         if missing:

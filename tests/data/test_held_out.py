@@ -152,6 +152,11 @@ def test_a_group_keeps_a_students_pages_in_one_split():
     empty = SplitRule(seed=0, validation_share=0.3, test_share=0.3, group=r"^([a-z]*)/")
     with pytest.raises(ValueError, match=r"record y: split_group .* names no student or exam \(an empty match\)"):
         empty.split(Record("y", "L3", "Mathematics", "/p1.jpg", 10, 10, []))
+    slow = SplitRule(seed=0, validation_share=0.3, test_share=0.3, group=r"(x+x+)+y")
+    with pytest.raises(ValueError, match=r"split_group '\(x\+x\+\)\+y' took over 1 s on 'xxx"):
+        slow.split(Record("z", "L3", "Mathematics", "x" * 5000 + ".jpg", 10, 10, []))
+    with pytest.raises(ValueError, match=r"split_group '\[': not a regular expression"):
+        SplitRule(seed=0, validation_share=0.3, test_share=0.3, group="[")
 
 
 def test_the_builder_splits_by_group(synth_dir, tmp_path):

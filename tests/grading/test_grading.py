@@ -550,6 +550,12 @@ def test_a_student_for_every_page_or_a_named_refusal(tmp_path):
     with pytest.raises(ValueError, match=r"--student-pattern 'x\(.*\)' names no student in 'ann/p1.png' \(2 page "
                                          r"files\)"):
         students_of(files, None, r"x(\d+)")
+    # a pattern that backtracks exponentially on a long name: a one-line refusal after its time limit, not a hang
+    with pytest.raises(ValueError, match=r"--student-pattern '\(a\|aa\)\+\$' took over 1 s on 'aaa.*without nested "
+                                         r"repeats"):
+        students_of(["a" * 5000 + "!.png"], None, r"(a|aa)+$")
+    with pytest.raises(ValueError, match=r"--student-pattern '\(': not a regular expression"):
+        students_of(files, None, "(")
     manifest = tmp_path / "students.csv"
     manifest.write_text("file,student\nann/p1.png,Ann\nbob/p1.pdf,Bob\n", encoding="utf-8")
     assert students_of(files, str(manifest), None) == {"ann/p1.png": "Ann", "bob/p1.pdf": "Bob"}
