@@ -2614,6 +2614,10 @@ def review_cases() -> list[Case]:
         Case("import-a-sheet-of-another-tool", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/out/grades.csv"],
              r"grades\.csv: not a review sheet .*: pass the review\.csv that eval/review\.py export wrote",
              setup=graded, outputs=()),
+        # a cell past the csv module's field limit (131,072 characters): a one-line refusal, not csv.Error's traceback
+        Case("import-a-cell-past-the-field-limit", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"],
+             r"reviewed\.csv after line \d+: not a CSV row \(field larger than field limit .*save the sheet again",
+             setup=chain(graded, reviewed_sheet(lambda rows: rows[0].update(text="7" * 200_000))), outputs=()),
         Case("export-not-graded", REVIEW, ["export", "--graded", "{box}"],
              r"--graded \S+: not a grade_pages folder .*: pass the --out of eval/grade_pages\.py", outputs=()),
         Case("import-ok", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,

@@ -216,7 +216,12 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise ValueError(f"--reviewed {path} line {line}: a NUL character, which no spreadsheet writes (a damaged "
                          f"file?): save the sheet again as CSV UTF-8")
-    rows = list(csv.DictReader(io.StringIO(text), delimiter=_sheet_dialect(text, path)))
+    reader = csv.DictReader(io.StringIO(text), delimiter=_sheet_dialect(text, path))
+    try:
+        rows = list(reader)
+    except csv.Error as e:  # a cell past the csv module's field limit, an unclosed quote in strict dialects
+        raise ValueError(f"--reviewed {path} after line {reader.line_num}: not a CSV row ({e}): save the sheet "
+                         f"again as CSV UTF-8") from None
     review = Review("csv")
     seen: dict[tuple[str, int], int] = {}
     done: Counter = Counter()
