@@ -2618,6 +2618,18 @@ def review_cases() -> list[Case]:
         Case("import-a-cell-past-the-field-limit", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"],
              r"reviewed\.csv after line \d+: not a CSV row \(field larger than field limit .*save the sheet again",
              setup=chain(graded, reviewed_sheet(lambda rows: rows[0].update(text="7" * 200_000))), outputs=()),
+        # a box the teacher cleared, or moved past the page's edge to nothing: its page is named and kept out of the
+        # training data (it was dropped, or written with a box of no area, without a word)
+        Case("import-a-box-cleared", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,
+             check=report_has("imported/review_report.json", written__left_out=lambda left: len(left) == 1 and
+                              "has no box (cleared, or never drawn): draw its box" in left[0]["why"]),
+             setup=chain(graded, reviewed_sheet(lambda rows: [one_changed(rows), rows[0].update(
+                 x1="", y1="", x2="", y2="")])), outputs=("imported",)),
+        Case("import-a-box-moved-off-the-page", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"],
+             code=0, check=report_has("imported/review_report.json", written__left_out=lambda left: len(left) == 1
+                                      and "has a box of no area" in left[0]["why"]),
+             setup=chain(graded, reviewed_sheet(lambda rows: [one_changed(rows), rows[0].update(
+                 x1="-3", y1="10", x2="-1", y2="30")])), outputs=("imported",)),
         Case("export-not-graded", REVIEW, ["export", "--graded", "{box}"],
              r"--graded \S+: not a grade_pages folder .*: pass the --out of eval/grade_pages\.py", outputs=()),
         Case("import-ok", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,

@@ -488,8 +488,10 @@ def _matched(page: GradedPage, regions: list[tuple[str | None, Graded, str | Non
 
 
 def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
-    """A reviewed page's answer marks: each item as the teacher left it (deleted ones and those without a box left
-    out; in points where the teacher's score is given), its id the question id; and why the page cannot be training
+    """A reviewed page's answer marks: each item as the teacher left it (deleted ones left out; in points where the
+    teacher's score is given; a question the model missed and the teacher found nowhere, too), its id the question
+    id; an item of the model's without a box (cleared), or with a box of no area, keeps its page out of the data,
+    named; and why the page cannot be training
     data as it stands (None when it can). Items given one question id are one group, as in GradingBench (an answer
     in two boxes), so they must agree on their points; an item with no question id (the model named none, and the
     teacher gave none) has none to train on: the export's placeholders (`item<n>`) never become a question id; a
@@ -498,10 +500,16 @@ def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
     marks = []
     for r in items:
         t = r.teacher
-        if t is None or t.box is None:
+        if t is None:  # deleted by the teacher
+            continue
+        if t.box is None and r.model and r.model["index"] is None:  # a question the model missed, found on no page
             continue
         where = (f"item {r.model['index'] + 1}" if r.model and r.model["index"] is not None else
                  f"question {r.model['question_id']}" if r.model else "a region the teacher added")
+        if t.box is None or t.box[2] <= t.box[0] or t.box[3] <= t.box[1]:
+            what = "no box (cleared, or never drawn)" if t.box is None else f"a box of no area {t.box}"
+            return [], (f"{where} (question {t.question_id or 'not named'}) has {what}: draw its box around the "
+                        f"answer, or delete the item")
         if not t.question_id:
             return [], f"{where} has no question id: give it one in the review (the question it answers)"
         blank = blank_answer_problem(t.text, t.verdict)  # the converters' rule: a box the teacher did not transcribe
