@@ -64,10 +64,11 @@ if [ "${DEMO_SMOKE:-0}" = 1 ]; then  # the same stages and code at the smallest 
   : "${DEMO_PAGES:=8}" "${DEMO_HELDOUT_PAGES:=4}" "${DEMO_CONVERSATIONS:=60}" "${DEMO_TRAIN_STEPS:=4}"
   : "${DEMO_WARMUP_STEPS:=4}" "${DEMO_EVAL_RECORDS:=2}" "${DEMO_EVAL_EVERY:=4}" "${DEMO_MAX_TOKENS:=32}"
 fi
-EVAL_RECORDS=${DEMO_EVAL_RECORDS:-16}
+# 64 held-out records per level (64 pages): at 16, a gain was one or two records and every interval touched 0
+EVAL_RECORDS=${DEMO_EVAL_RECORDS:-64}
 HIDDEN=${DEMO_HIDDEN:-256}
 MIN_PX=3136        # 56*56
-HELDOUT_PAGES=${DEMO_HELDOUT_PAGES:-24}
+HELDOUT_PAGES=${DEMO_HELDOUT_PAGES:-64}
 # A model trained from random weights has no notion of an image's size in pixels, so the demo's targets
 # use 0-1000 coordinates relative to the image (the real recipe keeps Qwen2.5-VL's own qwen25 pixels).
 COORDS=${DEMO_COORDS:-rel1000}

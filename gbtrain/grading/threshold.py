@@ -39,11 +39,34 @@ def entry_problem(entry) -> str | None:
         return f"{bad[0]} {entry[bad[0]]!r:.40} is not a share from 0 to 1"
     table = entry["table"]
     rows = table.get("rows") if isinstance(table, dict) else None
-    if not isinstance(rows, list) or not rows or not all(
-            isinstance(r, dict) and _share(r.get("threshold")) and _share(r.get("coverage")) for r in rows) or \
+    if not isinstance(rows, list) or not rows or not all(map(_row_intact, rows)) or \
             ("pages" in table and not pages_intact(table["pages"])):
         return "its coverage-accuracy table is missing or damaged"
+    row = next((r for r in rows if r["threshold"] == entry["threshold"]), None)
+    if row is None or any(key in entry and entry[key] != row.get(key) for key in ("coverage", "accuracy")):
+        return (f"its threshold {entry['threshold']!r:.20} and figures are not those of its own table's row (a record "
+                f"edited by hand)")
     return None
+
+
+MAX_COUNT = 10**9  # groups or items of one validation evaluation: more is no record select_checkpoint wrote
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _row_intact(row) -> bool:
+    """A coverage table's row as coverage_table writes it: shares, counts, and an accuracy its counts give."""
+    if not (isinstance(row, dict) and _share(row.get("threshold")) and _share(row.get("coverage"))):
+        return False
+    if "accepted" not in row:  # a table recorded before the counts
+        return row.get("accuracy") is None or _share(row["accuracy"])
+    accepted, errors, accuracy = row["accepted"], row.get("errors"), row.get("accuracy")
+    if not (_count(accepted) and _count(errors) and errors <= accepted):
+        return False
+    return accuracy is None if not accepted else _share(accuracy) and abs(
+        accuracy - (accepted - errors) / accepted) <= 1e-6
 
 
 def read_selective_record(model: str | Path) -> dict | None:

@@ -220,8 +220,8 @@ def _accepted_rows(entering: dict[float, list]) -> list[list]:
 def pages_intact(pages) -> bool:
     """Whether a table's `pages` are as page_entry writes them: a record edited by hand must neither stop the
     certification with a traceback nor certify on counts that are not counts."""
-    def count(v) -> bool:
-        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    def count(v) -> bool:  # at most 10^9: a page of more items or points is no page
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 10**9
 
     return isinstance(pages, dict) and all(
         isinstance(e, dict) and count(e.get("items")) and count(e.get("points")) and isinstance(e.get("accepted"), list)

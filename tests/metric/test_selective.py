@@ -304,6 +304,41 @@ def test_a_threshold_record_is_checked_when_read(tmp_path, entry, problem):
         review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
 
 
+def _row_at(table: dict, threshold: float, **cells) -> dict:
+    """`table` with its row at `threshold` changed to `cells`, as a hand edit leaves it."""
+    rows = [dict(r, **cells) if r["threshold"] == threshold else r for r in table["rows"]]
+    return {**table, "rows": rows}
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda t, e: {"table": _row_at(t, 0.3, accepted=10**12, errors=0)}, "its coverage-accuracy table is missing or "
+                                                                          "damaged"),
+    (lambda t, e: {"table": _row_at(t, 0.3, accepted="5")}, "its coverage-accuracy table is missing or damaged"),
+    (lambda t, e: {"table": _row_at(t, 0.3, errors=99)}, "its coverage-accuracy table is missing or damaged"),
+    (lambda t, e: {"table": _row_at(t, 0.3, accuracy=0.99)}, "its coverage-accuracy table is missing or damaged"),
+    (lambda t, e: {"coverage": 0.9}, "its threshold 0.65 and figures are not those of its own table's row"),
+    (lambda t, e: {"threshold": 0.655}, "its threshold 0.655 and figures are not those of its own table's row"),
+])
+def test_a_threshold_record_means_what_its_table_says(tmp_path, edit, problem):
+    """Counts that are no counts (10^12, text, more errors than items), an accuracy its counts do not give, and a
+    chosen threshold or coverage that its own table contradicts: refused when read, naming the file."""
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    table = _table()
+    good = {**choose_threshold(table, {"target_accuracy": 0.75}), "table": table}
+    assert review_threshold_entry_ok(good)
+    (model / SELECTIVE_RECORD).write_text(json.dumps(
+        {"rule": {"target_accuracy": 0.75}, "evaluation": "e", "settings": {"L3-af": good | edit(table, good)}}))
+    with pytest.raises(ValueError, match=rf"selective_threshold\.json: L3-af: {re.escape(problem)}"):
+        review_threshold(GradeRun(str(model), str(tmp_path / "pages"), "o"))
+
+
+def review_threshold_entry_ok(entry: dict) -> bool:
+    from gbtrain.grading.threshold import entry_problem
+
+    return entry_problem(entry) is None
+
+
 def _certifiable() -> dict:
     """100 pages of 5 items, 4 right at 0.99 and 1 wrong at 0.6 (tests/metric/test_certify.py: 10% is certified at
     0.61 with one checkpoint compared)."""
