@@ -2086,6 +2086,13 @@ def csv_column(rel: str, column: str, want: Callable[[list[str]], bool]) -> Call
     return check
 
 
+def edit_json(path: Path, edit: Callable[[dict], None]) -> None:
+    """The JSON file at `path` changed by `edit`, as a hand edit leaves it."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    edit(doc)
+    replace_file(path, json.dumps(doc, ensure_ascii=False))
+
+
 def page_items(name: str, want: Callable[[list[dict]], bool]) -> Callable[[Env, str], str | None]:
     """The items of out/pages/NAME.json satisfy `want`."""
     def check(env: Env, _stdout: str) -> str | None:
@@ -2630,6 +2637,14 @@ def review_cases() -> list[Case]:
                                       and "has a box of no area" in left[0]["why"]),
              setup=chain(graded, reviewed_sheet(lambda rows: [one_changed(rows), rows[0].update(
                  x1="-3", y1="10", x2="-1", y2="30")])), outputs=("imported",)),
+        # a page file whose source was edited to name a file outside the pages folder: nothing of it is copied
+        *[Case(f"export-source-{name}", REVIEW, ["export", "--graded", "{box}/out"],
+               r"page a\.png: its source '.*' is no file under the pages folder \S+/pages \(the page file was edited\)",
+               setup=chain(graded, page_image("private.png", 200, 280, "PNG"),
+                           lambda env, src=source: edit_json(env.box / "out" / "pages" / "a.png.json",
+                                                             lambda d: d.update(source=env.sub(src)))),
+               outputs=("out",))
+          for name, source in (("parent", "../private.png"), ("absolute", "{box}/private.png"))],
         Case("export-not-graded", REVIEW, ["export", "--graded", "{box}"],
              r"--graded \S+: not a grade_pages folder .*: pass the --out of eval/grade_pages\.py", outputs=()),
         Case("import-ok", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,7 +179,13 @@ def page_image(run: dict, page: GradedPage) -> bytes:
     turned by its EXIF orientation, a PDF page rendered at the run's --pdf-dpi) encoded as its name says."""
     rec = page.record
     index = rec["pdf_page"] - 1 if rec.get("pdf_page") else None
-    source = Page(Path(run["pages"]) / rec["source"], rec["source"], index)
+    root = Path(os.path.normpath(os.path.abspath(run["pages"])))
+    path = Path(os.path.normpath(root / str(rec["source"])))  # `..` and an absolute source taken apart
+    if root not in path.parents:
+        raise ValueError(f"page {page.name}: its source {str(rec['source'])!r:.80} is no file under the pages folder "
+                         f"{run['pages']} (the page file was edited): grade the page again (eval/grade_pages.py "
+                         f"--overwrite), then export")
+    source = Page(path, rec["source"], index)
     loaded = load_page(source, run["pdf_dpi"])
     if (loaded.width, loaded.height) != (rec["width"], rec["height"]):
         raise ValueError(f"page {page.name}: it is {loaded.width}x{loaded.height} now, {rec['width']}x{rec['height']} "
