@@ -2982,6 +2982,15 @@ def build_copy(env: Env) -> None:
     link_tree(env.fixtures["sft"], env.box / "sft")
 
 
+def linked_image(env: Env) -> None:
+    """box/sft's first image replaced by a link to box/private.jpg (a copy of its bytes, standing for a private
+    photo)."""
+    image = sorted((env.box / "sft" / "images").rglob("*.jpg"))[0]
+    replace_file(env.box / "private.jpg", image.read_bytes())
+    image.unlink()
+    image.symlink_to(env.box / "private.jpg")
+
+
 def build_row_image(path: str) -> Callable[[Env], None]:
     """box/sft's first train row edited to name `path` ({box} filled) as its image, as an edited build would."""
     def setup(env: Env) -> None:
@@ -3061,6 +3070,9 @@ def hub_cases() -> list[Case]:
              r"\S+/sft: write the export to a folder of its own", setup=build_copy, outputs=()),
         Case("out-inside-build", HUB, ["--build", "{box}/sft", "--out", "{box}/sft/hub"], r"--out \S+/sft/hub lies "
              r"inside --build \S+/sft: write the export to a folder of its own", setup=build_copy, outputs=()),
+        # an image of the build replaced by a link to a private file: not published
+        Case("image-a-link", HUB, HUB_ARGS, r"sft/images/\S+\.jpg: a link \(to \S+/private\.jpg\), where a build "
+             r"holds its images as files", setup=chain(build_copy, linked_image), outputs=()),
         Case("out-a-file", HUB, ["--build", "{box}/sft", "--out", "{box}/f.txt"], r"f\.txt",
              setup=chain(build_copy, write("f.txt", "x")), outputs=()),
         Case("out-read-only", HUB, ["--build", "{box}/sft", "--out", "{box}/ro/out"], RO,

@@ -114,6 +114,13 @@ def earlier_export_files(out: Path) -> set[str]:
     return present
 
 
+def _through_a_link(path: Path, build: Path) -> bool:
+    """Whether `path` or a folder of it below the build (its rows' paths start at the resolved build) is a link."""
+    top = build.resolve()
+    path = Path(os.path.normpath(path.absolute()))
+    return any(p.is_symlink() for p in (path, *path.parents) if p != top and top in p.parents)
+
+
 def export_hub(run: HubExportRun) -> dict:
     """Write the export of `run.build` into `run.out` (and push it when asked); returns the record it writes."""
     from datasets import Dataset, DatasetDict, Features, Image, List
@@ -125,6 +132,11 @@ def export_hub(run: HubExportRun) -> dict:
     columns = dd[SPLITS[0]].column_names
     paths = {name: split["images"] for name, split in dd.items()}
     references = [p for rows in paths.values() for row in rows for p in row]
+    linked = next((p for p in sorted(set(references)) if _through_a_link(Path(p), build)), None)
+    if linked is not None:  # a build holds its images as files (hard links or copies): a link may lead anywhere
+        raise ValueError(f"{linked}: a link (to {Path(linked).resolve()}), where a build holds its images as files: "
+                         f"an export would publish whatever it leads to; build it again with "
+                         f"data_builders/build_sft.py")
     sizes = {p: Path(p).stat().st_size for p in set(references)}
     features = Features({c: List(Image()) if c == "images" else dd[SPLITS[0]].features[c] for c in columns})
     # In memory: written to disk, datasets would put cache files into the build folder, which stays as it is. (A cast
