@@ -107,8 +107,13 @@ def students_of(files: list[str], manifest: str | None, pattern: str | None) -> 
     """Each page file's student (`files`: paths under the pages folder), from a CSV manifest (columns file,
     student) or the first group of `pattern` searched in the path; None when neither is given. A file neither
     names, a file named twice, or a manifest row for no page file is a ValueError naming it."""
-    if manifest and pattern:
+    if manifest is not None and pattern is not None:
         raise ValueError("--students and --student-pattern: give one (a manifest, or a pattern on the file paths)")
+    if pattern is not None and not pattern.strip():  # an unset shell variable: every page would be one student's
+        raise ValueError("--student-pattern is empty: give a pattern whose first group names the student, e.g. "
+                         "'^([^/]+)/', or leave the flag out")
+    if manifest is not None and not manifest.strip():
+        raise ValueError("--students is empty: name the CSV manifest (columns file, student), or leave the flag out")
     if pattern:
         rule = UserPattern(pattern, "--student-pattern")
         found = {f: m.group(1) if rule.groups else m.group(0) for f in files if (m := rule.search(f))}

@@ -556,6 +556,11 @@ def test_a_student_for_every_page_or_a_named_refusal(tmp_path):
         students_of(["a" * 5000 + "!.png"], None, r"(a|aa)+$")
     with pytest.raises(ValueError, match=r"--student-pattern '\(': not a regular expression"):
         students_of(files, None, "(")
+    for empty in ("", "  "):  # an unset shell variable: refused, not read as no pattern
+        with pytest.raises(ValueError, match=r"--student-pattern is empty: give a pattern"):
+            students_of(files, None, empty)
+        with pytest.raises(ValueError, match=r"--students is empty: name the CSV manifest"):
+            students_of(files, empty, None)
     manifest = tmp_path / "students.csv"
     manifest.write_text("file,student\nann/p1.png,Ann\nbob/p1.pdf,Bob\n", encoding="utf-8")
     assert students_of(files, str(manifest), None) == {"ann/p1.png": "Ann", "bob/p1.pdf": "Bob"}
