@@ -2645,6 +2645,12 @@ def review_cases() -> list[Case]:
                                                              lambda d: d.update(source=env.sub(src)))),
                outputs=("out",))
           for name, source in (("parent", "../private.png"), ("absolute", "{box}/private.png"))],
+        # a task whose annotations are an object (an edited file): named, not counted unreviewed without a word
+        Case("import-annotations-an-object", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.json"],
+             r"reviewed\.json task 7: 'annotations' is \{\"id\": 1.*not a list of annotations: export the project "
+             r"again", setup=chain(graded, write("reviewed.json", json.dumps(
+                 [{"id": 7, "data": {"image": "x.png", "review_id": "r1"},
+                   "annotations": {"id": 1, "result": [], "was_cancelled": False}}]))), outputs=()),
         Case("export-not-graded", REVIEW, ["export", "--graded", "{box}"],
              r"--graded \S+: not a grade_pages folder .*: pass the --out of eval/grade_pages\.py", outputs=()),
         Case("import-ok", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,

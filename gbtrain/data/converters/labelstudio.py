@@ -10,6 +10,7 @@ Results without a region (whole-task Choices or TextAreas) and the task's `data`
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -53,6 +54,12 @@ def read_tasks(path: Path) -> list[dict]:
     if tasks and not any("annotations" in t for t in tasks):
         raise ValueError(f"{path}: no task has 'annotations': export with Label Studio's \"JSON\" format (not "
                          f"JSON-MIN or CSV)")
+    for i, task in enumerate(tasks):  # read as none, a teacher's work would be counted unreviewed without a word
+        found = task.get("annotations")
+        if found is not None and (not isinstance(found, list) or not all(isinstance(a, dict) for a in found)):
+            raise ValueError(f"{path} task {str(task.get('id', f'#{i}'))[:40]}: 'annotations' is "
+                             f"{json.dumps(found, default=str)[:60]}, not a list of annotations: export the project "
+                             f"again with Label Studio's \"JSON\" format")
     return tasks
 
 
@@ -68,7 +75,7 @@ def _is_csv(path: Path) -> bool:
 def submitted(task: dict) -> list[dict]:
     """A task's annotations that were submitted: not drafts (which the export leaves out), predictions or cancelled
     ("skipped") ones."""
-    return [a for a in task.get("annotations") or [] if isinstance(a, dict) and not a.get("was_cancelled")]
+    return [a for a in task.get("annotations") or [] if not a.get("was_cancelled")]  # read_tasks checked them
 
 
 TEACHER_RULES = ("ground-truth", "first", "last", "agreement")  # whose annotation of a task counts (counted_annotation)
