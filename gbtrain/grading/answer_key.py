@@ -151,6 +151,9 @@ def load_answer_key(path: str | Path) -> AnswerKey:
         raise ValueError(f"--answer-key {path}: {e}") from None
     seen: dict[str, str] = {}
     for q in key:
+        if not q.qid.strip():  # `"": 42` or `? ''`: no page prints it, no reply can name it
+            raise ValueError(f"--answer-key {path}: a question with an empty id (its reference {q.answer!r:.40}): "
+                             f"give it the number the page prints")
         other = seen.setdefault(question_id_key(q.qid), q.qid)
         if other != q.qid:  # `5` and `Q5`: a model's `第5题` would name both
             raise ValueError(f"--answer-key {path}: questions {other!r} and {q.qid!r} are one question as a page "

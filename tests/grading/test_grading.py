@@ -226,6 +226,12 @@ def test_a_key_in_points_asks_for_scores_and_a_plain_key_asks_as_before(tmp_path
         bad.write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=rf"--answer-key {bad}: question '1': {why}"):
             load_answer_key(bad)
+    for text in ('"": 42\n1: 7\n', "' ': 42\n", '{"": "42"}'):  # an id no page prints and no reply can name
+        bad = tmp_path / ("bad.json" if text.startswith("{") else "bad.yaml")
+        bad.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"--answer-key {bad}: a question with an empty id \(its reference "
+                                             r"'42'\): give it the number the page prints"):
+            load_answer_key(bad)
 
 
 # --------------------------------------------------------------------------------- replies
