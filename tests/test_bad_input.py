@@ -2962,6 +2962,8 @@ def selective_cases() -> list[Case]:
         ("delta-0", ("--max-error", "0.05", "--delta", "0"), r"--delta 0(\.0)?: give a chance above 0 and below 1"),
         ("delta-1", ("--max-error", "0.05", "--delta", "1"), r"--delta 1(\.0)?: give a chance above 0 and below 1"),
         ("delta-inf", ("--max-error", "0.05", "--delta", "inf"), r"--delta inf: give a chance"),
+        ("delta-alone", ("--delta", "5"), r"--delta 5(\.0)?: give --max-error too"),
+        ("delta-with-a-target", ("--target-accuracy", "0.9", "--delta", "0.1"), r"--delta 0\.1: give --max-error too"),
         ("target-accuracy-0", ("--target-accuracy", "0"), r"--target-accuracy 0(\.0)?: give a share above 0"),
         ("target-accuracy-95", ("--target-accuracy", "95"), r"--target-accuracy 95(\.0)?: give a share above 0 and "
                                                              r"at most 1"),

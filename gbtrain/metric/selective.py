@@ -72,6 +72,9 @@ TARGET_FLAG, BUDGET_FLAG, CERTIFIED_FLAG = "--target-accuracy", "--review-budget
 CERTIFY = ("items", "points")
 
 
+DEFAULT_DELTA = 0.05  # --delta when --max-error is given without it
+
+
 @dataclass(kw_only=True)
 class SelectiveFlags:
     """The flags that choose a selective-grading threshold from a validation coverage-accuracy table, defined once:
@@ -86,7 +89,8 @@ class SelectiveFlags:
                                            "the items graded automatically (made-up ones too) is at most this share "
                                            "(0-1) with probability >= 1 - --delta (Learn then Test over the "
                                            "validation pages)", group="selective")
-    delta: float = option(0.05, "with --max-error: the chance the bound may fail (0-1)", group="selective")
+    delta: float | None = option(None, "with --max-error: the chance the bound may fail (0-1; default 0.05)",
+                                 group="selective")
     certify: str = option("items", "with --max-error: what the error counts: items (wrong judgments among the items "
                                    "accepted) or points (points wrongly awarded, against the accepted items' full "
                                    "scores)", choices=CERTIFY, group="selective")
@@ -103,12 +107,16 @@ class SelectiveFlags:
             raise ValueError(f"--certify {self.certify!r}: choose one of {', '.join(CERTIFY)}")
         if self.certify != "items" and self.max_error is None:
             raise ValueError(f"--certify {self.certify}: give {CERTIFIED_FLAG} too (the error it bounds)")
+        if self.delta is not None and self.max_error is None:  # it would be taken and do nothing
+            raise ValueError(f"--delta {self.delta}: give {CERTIFIED_FLAG} too (the bound whose chance of failing it "
+                             f"is)")
         if self.max_error is not None:
+            delta = DEFAULT_DELTA if self.delta is None else self.delta
             if not 0 < self.max_error < 1:  # NaN too
                 raise ValueError(f"{CERTIFIED_FLAG} {self.max_error}: give a share above 0 and below 1, e.g. 0.05")
-            if not 0 < self.delta < 1:
-                raise ValueError(f"--delta {self.delta}: give a chance above 0 and below 1, e.g. 0.05")
-            return {"max_error": self.max_error, "delta": self.delta, "certify": self.certify}
+            if not 0 < delta < 1:
+                raise ValueError(f"--delta {delta}: give a chance above 0 and below 1, e.g. 0.05")
+            return {"max_error": self.max_error, "delta": delta, "certify": self.certify}
         if self.target_accuracy is not None:
             if not 0 < self.target_accuracy <= 1:  # NaN too
                 raise ValueError(f"{TARGET_FLAG} {self.target_accuracy}: give a share above 0 and at most 1, e.g. "

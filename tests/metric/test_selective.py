@@ -83,6 +83,8 @@ def test_a_review_budget_sends_the_least_confident_up_to_it():
     ({"max_error": 0.0}, "--max-error 0.0: give a share above 0 and below 1"),
     ({"max_error": 0.05, "delta": 1.5}, "--delta 1.5: give a chance above 0 and below 1"),
     ({"certify": "points"}, "--certify points: give --max-error too"),
+    ({"delta": 0.1}, "--delta 0.1: give --max-error too"),
+    ({"target_accuracy": 0.9, "delta": 0.05}, "--delta 0.05: give --max-error too"),
     ({"max_error": 0.05, "certify": "marks"}, "--certify 'marks': choose one of items, points"),
 ])
 def test_bad_selective_flags_are_one_line_naming_the_flag(flags, message):
