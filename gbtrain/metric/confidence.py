@@ -82,11 +82,6 @@ class TokenIndex:
         return self.offsets[k + 1] if k + 1 < len(self.offsets) else self.text_len
 
 
-def span_confidence(logprobs: Sequence[Sequence[float]], text_len: int, span: tuple[int, int]) -> float | None:
-    """exp(mean logprob) of the tokens whose characters overlap `span` (TokenIndex.confidence, for one span)."""
-    return TokenIndex(logprobs, text_len).confidence(span)
-
-
 def _valid(logprobs) -> bool:
     """Logprobs as a reply's tokens: [offset, logprob] pairs, finite logprobs <= 0, offsets that never go back."""
     return isinstance(logprobs, list) and bool(logprobs) and all(

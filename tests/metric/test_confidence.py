@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from gbtrain.inference.logprobs import token_offsets
-from gbtrain.metric.confidence import NO_CONFIDENCES, annotate, interpolated_ap, span_confidence
+from gbtrain.metric.confidence import NO_CONFIDENCES, TokenIndex, annotate, interpolated_ap
 from gbtrain.metric.parsing import PredictedItem, normalize_items, parse_response
 from gbtrain.metric.scoring import ScoreOptions, read_predictions, score
 from gbtrain.metric.selective import coverage_table
@@ -91,7 +91,7 @@ def test_confidences_are_read_from_the_last_items_and_stay_in_0_1():
     assert items[0].confidence == pytest.approx(math.exp(-0.1)) == items[1].box_confidence
     assert all(0 <= c <= 1 for it in items for c in (it.confidence, it.box_confidence))
     # a token spanning several characters counts once; one that only touches the span's end does not
-    assert span_confidence([[0, -1.0], [5, -3.0], [9, -5.0]], 12, (2, 9)) == pytest.approx(math.exp(-2.0))
+    assert TokenIndex([[0, -1.0], [5, -3.0], [9, -5.0]], 12).confidence((2, 9)) == pytest.approx(math.exp(-2.0))
     bare = normalize_items(parse_response(text).items)
     annotate(bare, text, None)  # no logprobs: no confidence
     assert bare[0].confidence is None and bare[0].box_confidence is None
@@ -133,8 +133,6 @@ def test_the_token_index_takes_the_same_tokens_as_a_scan_of_every_token():
     """TokenIndex (a binary search per span) against the definition read token by token, on random replies with
     zero-width tokens, spans past the end and empty spans."""
     import random
-
-    from gbtrain.metric.confidence import TokenIndex
 
     def scan(logprobs, text_len, span):
         a, b = span

@@ -26,9 +26,15 @@ def test_one_process(sft_dir, tiny_model_dir, tmp_path, budget):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     out = tmp_path / "run"
-    proc = launch(sft_dir, tiny_model_dir, out, "max_steps=4", "eval_steps=2", "save_steps=2", "logging_steps=1")
+    # torch's deterministic kernels on (deterministic=true: transformers' full_determinism), as the demo's
+    # DEMO_DETERMINISTIC=1 trains
+    proc = launch(sft_dir, tiny_model_dir, out, "max_steps=4", "eval_steps=2", "save_steps=2", "logging_steps=1",
+                  "deterministic=true")
     (summary,) = summaries(proc)
     assert summary["global_step"] == 4 and summary["eval_loss"] > 0
+    # the console's progress line, once per logged step (the trainer's dicts stay as they were)
+    assert [ln.split(" (")[0] for ln in proc.stdout.splitlines() if ln.startswith("[train] step") and "eval_loss"
+            not in ln][-1] == "[train] step 4/4" and " left" in proc.stdout
     assert summary["packing_efficiency"] >= 0.9
     history = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
     logged = [h for h in history if "loss" in h]
