@@ -56,10 +56,9 @@ class HeldOut:
 
     def record(self, records: list[Record]) -> dict:
         """What the report says of the evaluated `records`: the split and build (its path, and the fingerprint of its
-        contents that comparisons go by), why, how many the build trained
-        on (`training_records`) and how many of each split it holds (`by_content`). Records none of which the build
-        holds are recorded as a base model's evaluation of the folder is (every record, no build), so the two
-        compare."""
+        contents that comparisons go by), why, how many the build trained on (`training_records`) and how many of
+        each split it holds (`by_content`). Records none of which the build holds are recorded as a base model's
+        evaluation of the folder is (every record, no build), so the two compare."""
         if self.contents is None:
             return {"split": self.split, "build": self.build, "contents_sha256": None, "why": self.why,
                     "training_records": 0, "by_content": None}
