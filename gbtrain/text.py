@@ -67,10 +67,23 @@ def csv_cell(value):
     return value
 
 
+_MARKDOWN_ACTIVE = re.compile(r"([\\`*_\[\]<>&|~!])")  # inline syntax: escapes, code, emphasis, links, HTML, cells
+_MARKDOWN_LINE_START = re.compile(r"^(?:([#+=-])|(\d+)([.)]))")  # a heading, list item or underline at a line's start
+
+
 def markdown_text(value) -> str:
-    """Any text quoted in a Markdown report (a model's name, a judge spec): shown as written, never as HTML or as
-    table structure."""
+    """Any text quoted in a Markdown report (a model's name, a folder, a teacher's reason): shown as written, never
+    as HTML, a link, an image, emphasis or table structure: every character with a meaning in CommonMark/GFM inline
+    text is backslash-escaped, whitespace (new lines included) becomes one space."""
+    text = _MARKDOWN_ACTIVE.sub(r"\\\1", " ".join(str(value).split()))
+    return _MARKDOWN_LINE_START.sub(lambda m: f"\\{m[1]}" if m[1] else f"{m[2]}\\{m[3]}", text, count=1)
+
+
+def markdown_code(value) -> str:
+    """Text quoted as a code span outside a table (a path, a folder): shown as written, letter for letter. Backslash
+    escapes do not work inside code spans, so the span's fence is one backtick longer than any run of backticks in
+    the text (CommonMark), and HTML inside a code span is never HTML."""
     text = " ".join(str(value).split())
-    for char, escaped in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`")):
-        text = text.replace(char, escaped)
-    return text
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

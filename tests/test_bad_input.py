@@ -583,6 +583,19 @@ def score_cases() -> list[Case]:
         Case("judge-401-credentials", SCORE,
              score_args("--judge", "openai:auth@" + "{cred_url}", mode="answer-free"),
              r"judge openai:auth@http://127\.0\.0\.1:\d+/v1: .*answered 401", setup=undecided),
+        # flags that would be taken and change nothing, or score nothing
+        Case("no-rule-first-with-the-rule-judge", SCORE, score_args("--no-rule-first"),
+             r"--no-rule-first asks an LLM judge every answer, but --judge is rule", setup=ok, outputs=()),
+        Case("no-rule-first-rule-judge-named", SCORE, score_args("--no-rule-first", "--judge", "rule"),
+             r"--no-rule-first .* --judge is rule", setup=ok, outputs=()),
+        Case("ignore-missing-nothing-answered", SCORE, score_args("--ignore-missing"),
+             r"--ignore-missing: none of the \d+ records has a reply with items \(\d+ missing, 0 unparsable\)",
+             setup=predictions(), outputs=()),
+        Case("ignore-missing-all-unparsable", SCORE, score_args("--ignore-missing"),
+             r"--ignore-missing: none of the \d+ records has a reply with items \(\d+ missing, 2 unparsable\)",
+             setup=predictions(reply(0, "I cannot read it"), reply(1, "no idea")), outputs=()),
+        Case("ignore-missing-ids-of-another-level", SCORE, score_args("--ignore-missing", level="L2"),
+             r"--ignore-missing: none of the \d+ records .*check the predictions' ids", setup=ok, outputs=()),
     ]
     return cases
 
@@ -757,6 +770,8 @@ def eval_cases() -> list[Case]:
         Case("min-over-max", RUN_EVAL, eval_args(min_pixels="90000", max_pixels="1000"), r"min_pixels <= max_pixels",
              outputs=()),
         Case("gpu-util-0", RUN_EVAL, eval_args(gpu_memory_utilization="0"), r"gpu_memory_utilization", outputs=()),
+        Case("no-rule-first-with-the-rule-judge", RUN_EVAL, eval_args("--no-rule-first"),
+             r"--no-rule-first asks an LLM judge every answer, but --judge is rule", outputs=()),
         Case("gpu-util-nan", RUN_EVAL, eval_args(gpu_memory_utilization="nan"), r"gpu_memory_utilization", outputs=()),
         Case("limit-not-a-number", RUN_EVAL, eval_args(limit="all"), r"--limit: invalid int value", outputs=()),
         Case("unknown-backend", RUN_EVAL, eval_args(backend="tgi"), r"--backend: invalid choice: 'tgi'", outputs=()),

@@ -32,6 +32,7 @@ from gbtrain.data.sft_dataset import dataset_coords, dataset_pixel_budget, finis
 from gbtrain.data.splits import SPLITS
 from gbtrain.files import read_json, write_atomic
 from gbtrain.outputs import HUB_EXPORT_RECORD, SYNTH_RECORD, claim_rebuilt_folder, overlapping, require_out
+from gbtrain.text import markdown_code
 
 README = "README.md"
 _OUTPUTS = (README, HUB_EXPORT_RECORD, "dataset_dict.json", *SPLITS)  # what a rerun replaces
@@ -206,7 +207,8 @@ def render_readme(build: Path, record: dict, local_files: bool = True) -> str:
                   f"licences (gbtrain/data/fonts/).")
     else:
         source = "The build does not record where its pages come from."
-    licence = (f"`license: {record['license']}` was given at export." if record["license"] != "unknown" else
+    given = markdown_code(f"license: {record['license']}")
+    licence = (f"{given} was given at export." if record["license"] != "unknown" else
                "The licence is `unknown`: set `license` above to the one the pages and annotations may be shared "
                "under before publishing.")
     card = (build / "card.md").read_text(encoding="utf-8") if (build / "card.md").is_file() else ""

@@ -34,6 +34,7 @@ from gbtrain.data.splits import SPLITS, SplitRule
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.outputs import overlapping
 from gbtrain.schema import Record
+from gbtrain.text import markdown_text
 from gbtrain.vocabulary import LEVELS, MODES
 
 
@@ -341,7 +342,7 @@ def _unknown_values(merged: Merged) -> dict[str, dict[str, int]]:
 
 def _table(title: str, counts: dict) -> str:
     lines = [f"### {title}", "", "| value | count |", "|---|---:|"]
-    lines += [f"| {k} | {v} |" for k, v in counts.items()]
+    lines += [f"| {markdown_text(k)} | {v} |" for k, v in counts.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -361,13 +362,15 @@ def render_card(stats: dict) -> str:
                   ""]
     if stats.get("sources"):
         parts += ["### Folders (oldest first)", "", "| folder | tag | weight | records |", "|---|---|---:|---:|"]
-        parts += [f"| {src['folder']} | {src['tag'] or ''} | {src['weight']:g} | {src['records']} |"
+        parts += [f"| {markdown_text(src['folder'])} | {markdown_text(src['tag'] or '')} | {src['weight']:g} | "
+                  f"{src['records']} |"
                   for src in stats["sources"]]
         parts.append("")
     if stats.get("replaced_pages"):
         parts += [f"### Pages taken from a newer folder ({len(stats['replaced_pages'])})", "",
                   "| page | left out of | taken from |", "|---|---|---|"]
-        parts += [f"| {p['page']} | {p['folder']} | {p['by']} |" for p in stats["replaced_pages"]]
+        parts += [f"| {markdown_text(p['page'])} | {markdown_text(p['folder'])} | {markdown_text(p['by'])} |"
+                  for p in stats["replaced_pages"]]
         parts.append("")
     tok = stats["tokens"]
     kind = "exact (tokenizer " + str(c["tokenizer"]) + ")" if tok["exact"] else "ESTIMATED (no tokenizer given)"
@@ -385,7 +388,8 @@ def render_card(stats: dict) -> str:
     for level, counts in stats["unknown_values"].items():
         parts.append(_table(f"{level}: values outside the format, taken as shown (lenient mode)", counts))
     if stats["skipped_records"]:
-        parts.append("### Skipped records (lenient mode)\n\n" + "\n".join(f"- {s}" for s in stats["skipped_records"]))
+        parts.append("### Skipped records (lenient mode)\n\n"
+                     + "\n".join(f"- {markdown_text(s)}" for s in stats["skipped_records"]))
     return "\n".join(parts) + "\n"
 
 

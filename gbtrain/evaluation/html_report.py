@@ -11,11 +11,11 @@ import base64
 import io
 import json
 import os
-import re
 from html import escape
 from pathlib import Path
 from urllib.parse import urlencode
 
+from markdown_it import MarkdownIt
 from PIL import Image
 
 from gbtrain.evaluation.reports import GATES, OUTCOMES, markdown, outcome
@@ -103,47 +103,14 @@ def _page(title: str, body: str, script: str = "") -> str:
             f"<style>{_CSS}</style></head><body>\n{body}\n{js}</body></html>\n")
 
 
-def _inline(text: str) -> str:
-    """Escaped Markdown inline text with `code` spans."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", _e(text))
-
-
 def markdown_html(md: str) -> str:
-    """The subset of Markdown that gbtrain.evaluation.reports writes (headings, pipe tables, bullets, paragraphs) as
-    HTML, so the page shows report.md's own tables rather than a second rendering of the numbers."""
-    out, table = [], []
+    """The Markdown that gbtrain.evaluation.reports writes (headings, pipe tables, lists, paragraphs, code spans) as
+    HTML by markdown-it-py (CommonMark with GFM tables; raw HTML off), so the page shows report.md's own tables as a
+    Markdown viewer shows them, escapes included, rather than a second rendering of the numbers."""
+    return _MARKDOWN.render(md)
 
-    def cells(line: str) -> list[str]:
-        return [c.strip() for c in line.strip().strip("|").split("|")]
 
-    def flush() -> None:
-        if not table:
-            return
-        head, *body = (cells(line) for line in table)
-        right = []
-        if body and re.fullmatch(r"\|?[\s:|-]+\|?", table[1].strip()):  # the alignment row
-            right = [c.endswith(":") for c in body.pop(0)]
-        cls = [' class="num"' if i < len(right) and right[i] else "" for i in range(len(head))]
-        out.append("<table><thead><tr>" + "".join(f"<th{k}>{_inline(c)}</th>" for k, c in zip(cls, head, strict=False))
-                   + "</tr></thead><tbody>" + "".join("<tr>" + "".join(
-                       f"<td{k}>{_inline(c)}</td>" for k, c in zip(cls, row, strict=False)) + "</tr>" for row in body)
-                   + "</tbody></table>")
-        table.clear()
-
-    for line in md.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush()
-        if line.startswith("#"):
-            level = min(len(line) - len(line.lstrip("#")), 3)
-            out.append(f"<h{level}>{_inline(line.lstrip('#').strip())}</h{level}>")
-        elif line.startswith("- "):
-            out.append(f"<ul><li>{_inline(line[2:])}</li></ul>")
-        elif line.strip():
-            out.append(f"<p>{_inline(line)}</p>")
-    flush()
-    return "\n".join(out)
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 
 
 def image_uri(path: Path, max_width: int | None = None) -> str:

@@ -87,6 +87,7 @@ def check_run(run: EvalRun) -> None:
         raise ValueError(f"unknown backend {run.backend!r}: {one_of(BACKENDS)}")
     run.points_options()  # refuses bad bands, resample counts and seeds before any model loads
     run.interval_options()
+    run.check_gate(run.judge)
     require_out(run.out)
 
 

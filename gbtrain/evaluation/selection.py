@@ -57,7 +57,7 @@ from gbtrain.outputs import (
     overlapping,
 )
 from gbtrain.schema import Record
-from gbtrain.text import markdown_text, redact
+from gbtrain.text import markdown_code, markdown_text, redact
 from gbtrain.train.checkpoints import (
     Checkpoint,
     CheckpointRecord,
@@ -209,14 +209,15 @@ def _pct(value: float | None) -> str:
 
 def markdown(summary: dict) -> str:
     """selection.md. Text from files (folder names in the notes, a library's error in a problem, paths) is quoted
-    with markdown_text: a checkpoint-<img ...> folder shows as its name, never as HTML."""
+    with markdown_text or markdown_code: a checkpoint-<img ...> folder shows as its name, never as HTML."""
     ident = {k: markdown_text(v) for k, v in summary["identity"].items()}
+    code = {k: markdown_code(v) for k, v in summary["identity"].items()}
     settings, rows, best = summary["settings"], summary["rows"], summary["best"]
     limit = f"first {ident['limit']} records per level" if summary["identity"]["limit"] else "every record"
     rule = ("gated accuracy, ties by mAP" if summary["metric"] == "accuracy" else "mAP, ties by gated accuracy")
     lines = [f"# Checkpoint selection: {ident['run']}", "",
-             f"Data `{ident['data']}`, split `{ident['split']}` ({limit}), backend `{ident['backend']}`, judge "
-             f"`{ident['judge']}`; best by mean {rule}, then the earlier step. Accuracy in %, mAP@[.2:.5] 0-100.", "",
+             f"Data {code['data']}, split {code['split']} ({limit}), backend {code['backend']}, judge "
+             f"{code['judge']}; best by mean {rule}, then the earlier step. Accuracy in %, mAP@[.2:.5] 0-100.", "",
              "| checkpoint | step | " + " | ".join(f"acc {s}" for s in settings)
              + " | mean acc | mean mAP | eval loss |",
              "|---|---:|" + "---:|" * (len(settings) + 3)]
@@ -233,7 +234,7 @@ def markdown(summary: dict) -> str:
     if best:
         lines.append(f"Best: **{best['checkpoint']}** (step {best['step']}): mean accuracy "
                      f"{_pct(best['mean_accuracy'])}%, mean mAP {best['mean_map']:.2f}; folder "
-                     f"`{markdown_text(best['path'])}`.")
+                     f"{markdown_code(best['path'])}.")
     chosen = summary.get("selective")
     if chosen:
         shared = (f" (delta divided among the {chosen['candidates']} checkpoints compared on it)"

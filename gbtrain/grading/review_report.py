@@ -13,7 +13,7 @@ from gbtrain.schema import (
     RIGHT,
     Box,
 )
-from gbtrain.text import markdown_text
+from gbtrain.text import markdown_code, markdown_text
 
 
 def changes(r: Reviewed, box_iou: float) -> list[str]:
@@ -124,7 +124,7 @@ def report_markdown(rep: dict) -> str:
         return "n/a" if v is None else f"{100 * v:.1f}%"
 
     lines = ["# Review of the model's grades", "",
-             f"Graded folder: `{markdown_text(rep['graded'])}`; review: `{markdown_text(rep['reviewed_file'])}` "
+             f"Graded folder: {markdown_code(rep['graded'])}; review: {markdown_code(rep['reviewed_file'])} "
              f"({rep['source']}).", "",
              f"**Re-grade rate: {pct(rep['regrade_rate'])}** ({rep['changed']} of {rep['reviewed']} reviewed items "
              f"changed by the teacher; {rep['unreviewed']} items not reviewed and not counted"

@@ -385,6 +385,10 @@ def grade(records: list[Record], predictions: Predictions, opts: ScoreOptions,
         g.outcomes += group_outcomes
         answered.append(r)
     if opts.ignore_missing:  # every metric over the records answered with items only (the report's header says so)
+        if records and not answered:  # "accuracy 0 over 0 groups" would read as a score
+            raise ValueError(f"--ignore-missing: none of the {len(records)} records has a reply with items "
+                             f"({len(missing)} missing, {len(g.unparsable)} unparsable), so nothing would be scored; "
+                             f"drop --ignore-missing to score them as failures, or check the predictions' ids")
         g.records = answered
     tolerance = Fraction(str(opts.answer_tolerance))
     undecided = []
@@ -621,6 +625,13 @@ class GateFlags:
         return {"answer_tolerance": self.answer_tolerance, "rule_first": self.rule_first,
                 "ignore_missing": self.ignore_missing}
 
+    def check_gate(self, judge: str) -> None:
+        """Refuse --no-rule-first without an LLM judge: the rule judge decides every answer already, so the flag
+        would be taken and change nothing."""
+        if not self.rule_first and judge.partition(":")[0] == "rule":
+            raise ValueError("--no-rule-first asks an LLM judge every answer, but --judge is rule: give --judge "
+                             "vllm:MODEL or openai:MODEL[@URL], or drop --no-rule-first")
+
 
 # the per-question table (score.py: REPORT.questions.csv; run_eval.py: OUT/questions.csv): one row per group
 QUESTION_COLUMNS = ("setting", "record_id", "group_id", "label", "question_type", "localized", "recognized",
@@ -691,6 +702,7 @@ def score_file(run: ScoreRun) -> tuple[dict, list[str]]:
     opts = ScoreOptions(run.level, run.mode, run.coords, PixelBudget(run.min_pixels, run.max_pixels, run.factor),
                         run.match_radius, run.exclude_other, run.allow_duplicates, run.judge,
                         run.points_options(), run.interval_options(), **run.gate_options())
+    run.check_gate(run.judge)
     require_out(run.out)
     claim_output_files([(Path(run.out), _is_score_report), (questions_path(run.out), _is_question_table)],
                        {"--data": run.data, "--predictions": run.predictions, "--build": run.build}, "--out",

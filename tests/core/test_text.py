@@ -1,7 +1,7 @@
 """What leaves the program as text (gbtrain.text): file names from ids, CSV cells, text quoted in Markdown.
 (redact: tests/inference/test_backends.py, where the backends that need it are.)"""
 
-from gbtrain.text import csv_cell, markdown_text, safe_name
+from gbtrain.text import csv_cell, markdown_code, markdown_text, safe_name
 
 
 def test_a_cell_that_would_start_a_formula_is_text():
@@ -13,9 +13,13 @@ def test_a_cell_that_would_start_a_formula_is_text():
 
 
 def test_quoted_text_is_shown_as_written_in_markdown():
-    assert markdown_text("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
-    assert markdown_text("a|b `c`\nd &") == "a\\|b \\`c\\` d &amp;"
+    """The Markdown source; tests/evaluation/test_html_report.py renders it."""
+    assert markdown_text("<img src=x onerror=alert(1)>") == "\\<img src=x onerror=alert(1)\\>"
+    assert markdown_text("a|b `c`\nd &") == "a\\|b \\`c\\` d \\&"
+    assert markdown_text("![t](u) my_exam # 1. x") == "\\!\\[t\\](u) my\\_exam # 1. x"
+    assert markdown_text("# h") == "\\# h" and markdown_text("12. x") == "12\\. x"
     assert markdown_text(50176) == "50176"
+    assert markdown_code("a`b <i>") == "``a`b <i>``" and markdown_code("`x") == "`` `x ``"
 
 
 def test_safe_names_stay_in_their_folder_and_never_collide():

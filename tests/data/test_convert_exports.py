@@ -390,3 +390,23 @@ def test_points_are_mapped_from_number_controls_and_checked_before_writing(tmp_p
                                          r"0\.\.2 \(its full_score\)"):
         convert(_write(tmp_path / "bad.json", tasks), mapping, tmp_path / "out2", images=IMAGES, progress=False)
     assert not (tmp_path / "out2").exists()
+
+
+def test_names_made_for_answers_never_take_a_real_question_id():
+    """Issue 57: answers numbered by their region (fields.id null) are `3-1`, `3-2` for two answers in region 3; a
+    region whose own id is `3-2` (and one printed `#1`) must keep its answer apart, never merge with a made name."""
+    from gbtrain.data.converters.build import _numbered, _Region
+    from gbtrain.data.converters.sources import SourceItem
+    from gbtrain.schema import Mark
+
+    def rect(x1, y1, x2, y2):
+        return [(x1, y1), (x2, y1), (x2, y2), (x1, y2)]
+
+    regions = [_Region(SourceItem(f"region {q}", "question", None), rect(0, y, 100, y + 90), q, None)
+               for q, y in (("3", 0), ("3-2", 100), ("#1", 200), (None, 300))]
+    answers = [(SourceItem(f"answer {k}", "answer", None),
+                Mark(points=rect(10, y, 50, y + 20), label="right", raw_label="right"))
+               for k, y in enumerate((10, 50, 110, 210, 310))]
+    names = [mark.mark_id for _, mark in _numbered(answers, regions)]
+    assert names == ["3-1", "3-2~2", "3-2", "#1", "#4"]
+    assert len(set(names)) == len(names)

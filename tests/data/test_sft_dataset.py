@@ -8,6 +8,7 @@ from gbtrain.coords import PixelBudget
 from gbtrain.data.build_config import BuildConfig, MixConfig
 from gbtrain.data.sft_dataset import build_sft_dataset, load_sft_dataset
 from gbtrain.data.splits import split_of
+from gbtrain.text import markdown_text
 
 # the pixel budget of the session's tiny model (tests/conftest.py)
 TEST_MIN_PIXELS, TEST_MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 256
@@ -380,7 +381,8 @@ def test_several_folders_take_a_page_once_from_the_newest_in_its_old_split(synth
 
     assert stats["sources"][1]["records"] == sum(len(ld.records) for ld in load_dataset(reviewed).values())
     card = (out / "card.md").read_text(encoding="utf-8")
-    assert "### Pages taken from a newer folder (1)" in card and f"| {page} | {synth_dir} | {reviewed} |" in card
+    row = f"| {markdown_text(page)} | {markdown_text(synth_dir)} | {markdown_text(reviewed)} |"
+    assert "### Pages taken from a newer folder (1)" in card and row in card
     # evaluating the reviewed folder with this build holds its corrected page out as the build did
     held = resolve_held_out(reviewed, "auto", str(out), None)
     assert held.split_of(corrected) == rule.split_key(page)

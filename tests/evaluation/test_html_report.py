@@ -201,11 +201,31 @@ def test_run_folder_gets_a_self_contained_page(run):
 
 
 def test_markdown_tables_and_escaping():
-    md = "# Title `a<b`\n\n| x | y |\n|---|---:|\n| <i>1</i> | 2.0 |\nafter\n- item & more\n"
+    md = "# Title `a<b`\n\n| x | y |\n|---|---:|\n| <i>1</i> | 2.0 |\n\nafter\n- item & more\n"
     root = dom(markdown_html(md))
     assert cells(root.all("table")[0]) == [["x", "y"], ["<i>1</i>", "2.0"]]
-    assert root.all("td")[1].attrs["class"] == "num" and not root.all("i")
+    assert root.all("td")[1].attrs["style"] == "text-align:right" and not root.all("i")
     assert root.all("code")[0].text() == "a<b" and root.all("li")[0].text() == "item & more"
+
+
+HOSTILE_NAMES = ("<img src=x onerror=alert(1)>", "![t](http://tracker.example/p.png)", "[click](javascript:alert(1))",
+                 "a|b", "my_exam *1* `x` ~~y~~", "# heading", "1. item", "- item", "back\\slash &amp; &lt;", "第8题 Q5")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_quoted_text_renders_as_written_in_a_table_a_paragraph_and_a_code_span(name):
+    """Issue 57: a name from a user's file (a folder, a teacher's reason) quoted by markdown_text in a table cell and
+    a paragraph, or by markdown_code, shows letter for letter in the rendered page: no image, link, emphasis, HTML
+    or extra cell."""
+    from gbtrain.text import markdown_code, markdown_text
+
+    md = (f"| name | n |\n|---|---:|\n| {markdown_text(name)} | 1 |\n\n{markdown_text(name)}\n\n"
+          f"Folder {markdown_code(name)}.\n")
+    root = dom(markdown_html(md))
+    assert cells(root.all("table")[0]) == [["name", "n"], [" ".join(name.split()), "1"]]
+    assert root.all("p")[0].text() == " ".join(name.split())
+    assert root.all("code")[0].text() == " ".join(name.split())
+    assert not [n for n in root.all() if n.tag in ("img", "a", "em", "strong", "del", "h1", "ol", "ul")]
 
 
 def test_page_renders_without_predictions_or_overlays(run, tmp_path):

@@ -356,13 +356,24 @@ def _numbered(answers: list[tuple[SourceItem, Mark]], regions: list[_Region]) ->
     (schema.UNNUMBERED): on a page with question regions, each answer takes its region's question (its id, else `#k`
     for the k-th region in reading order), `-j` added for the j-th of several answers in one region; without
     regions, each answer is a question of its own, `#k` in reading order. An answer in no region keeps no id and is
-    listed as lying in none."""
+    listed as lying in none. A made name never equals a region's own id or another made name (a region `3` with two
+    answers beside a region `3-2`: `3-1`, `3-2~2`), so two answers never merge into one question."""
     def reading(box: Box) -> tuple[float, float]:
         return box.y1, box.x1
 
+    taken = {r.qid for r in regions if r.qid}
+
+    def unique(name: str) -> str:
+        made, n = name, 1
+        while made in taken:
+            n += 1
+            made = f"{name}~{n}"
+        taken.add(made)
+        return made
+
     in_order = sorted(regions, key=lambda r: reading(r.box))
     for k, r in enumerate(in_order, start=1):
-        r.qid = r.qid or f"{UNNUMBERED}{k}"
+        r.qid = r.qid or unique(f"{UNNUMBERED}{k}")
     ordered = sorted(range(len(answers)), key=lambda i: reading(answers[i][1].box))
     if not regions:
         names = {i: f"{UNNUMBERED}{k}" for k, i in enumerate(ordered, start=1)}
@@ -371,7 +382,7 @@ def _numbered(answers: list[tuple[SourceItem, Mark]], regions: list[_Region]) ->
         names = {}
         for qid in dict.fromkeys(q for q in owner.values() if q is not None):
             mine = [i for i in ordered if owner[i] == qid]
-            names |= {i: qid if len(mine) == 1 else f"{qid}-{j}" for j, i in enumerate(mine, start=1)}
+            names |= {i: qid if len(mine) == 1 else unique(f"{qid}-{j}") for j, i in enumerate(mine, start=1)}
     return [(item, dataclasses.replace(mark, mark_id=names.get(i, f"{UNNUMBERED}?")))
             for i, (item, mark) in enumerate(answers)]
 
