@@ -3,18 +3,23 @@ one line on stderr, `prog: what is wrong (and the way out)`, and exit code 2, th
 option; a bug keeps its traceback.
 
 User errors are ValueError (bad options, configs, annotations, predictions, records of earlier runs, endpoint
-refusals; gbtrain raises them with the file, record or option named) and OSError (missing, unreadable or
-unwritable files and folders, a full disk). A message that is a headline with an indented list (every annotation
-problem, every bad training option) keeps its list; any other multi-line message is joined into one line.
+refusals; gbtrain raises them with the file, record or option named), OSError (missing, unreadable or unwritable
+files and folders, a full disk) and csv.Error (a malformed table). A message that is a headline with an indented list
+(every annotation problem, every bad training option) keeps its list; any other multi-line message is joined into
+one line. A ValueError the interpreter raised in gbtrain's own code (`a, b = three_things`, zip(strict=True) over
+lists of different lengths) is a bug, not a user's mistake: it keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import linecache
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import TypeVar
 
 from omegaconf import OmegaConf
@@ -23,8 +28,27 @@ from gbtrain.config import field_default, help_of, load_yaml, out_of_bounds
 from gbtrain.text import redact
 
 T = TypeVar("T")
-USER_ERRORS = (ValueError, OSError)
+USER_ERRORS = (ValueError, OSError, csv.Error)
 USAGE_ERROR = 2
+# gbtrain's code, the repository's entry scripts and tests: where a ValueError not raised by `raise` is a bug
+_OURS = (Path(__file__).resolve().parent, *(Path(__file__).resolve().parents[1] / d for d in
+                                            ("eval", "recipes", "data_builders", "scripts", "tests")))
+
+
+def is_bug(error: BaseException) -> bool:
+    """Whether a ValueError was raised by the interpreter inside gbtrain's code (unpacking, zip(strict=True),
+    list.index) rather than by a `raise` naming what is wrong; a text's decoding error is the file's, not a bug."""
+    if not isinstance(error, ValueError) or isinstance(error, UnicodeError):
+        return False
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    path = Path(tb.tb_frame.f_code.co_filename).resolve()
+    if not any(path.is_relative_to(ours) for ours in _OURS):
+        return False
+    return not linecache.getline(str(path), tb.tb_lineno).lstrip().startswith("raise")
 
 
 def describe(error: BaseException) -> str:
@@ -47,6 +71,8 @@ def user_errors(prog: str) -> Iterator[None]:
     try:
         yield
     except USER_ERRORS as e:
+        if is_bug(e):
+            raise
         _close_progress_bars()
         print(f"{prog}: {describe(e)}", file=sys.stderr)
         sys.exit(USAGE_ERROR)

@@ -2312,6 +2312,80 @@ def grade_cases() -> list[Case]:
     ]
 
 
+
+def student_cases() -> list[Case]:
+    """grade_pages's --students manifest and --student-pattern (issue 57): every way a manifest or a pattern can
+    fail names the flag, the file and the line; a pattern that backtracks ends within its time limit."""
+    ab = pages("a.png", "b.jpg")
+    folders = pages("ann/1.png", "ann/2.png", "bo/1.png")
+    manifest = "{box}/students.csv"
+    long_name = "a" * 40 + "!.png"
+    return [
+        Case("students-and-pattern", GRADE, grade_args(students=manifest, student_pattern="^(.)"),
+             r"--students and --student-pattern: give one", setup=chain(ab, write("students.csv", "file,student\n")),
+             outputs=()),
+        *[Case(f"student-pattern-{name}", GRADE, grade_args(student_pattern=pattern), message, setup=setup)
+          for name, pattern, message, setup in (
+              ("empty", "", r"--student-pattern is empty: give a pattern whose first group names the student", ab),
+              ("blank", "   ", r"--student-pattern is empty", ab),
+              ("not-a-regex", "^([^/]+", r"--student-pattern '\^\(\[\^/\]\+': not a regular expression", ab),
+              ("unbalanced", "a)", r"--student-pattern 'a\)': not a regular expression", ab),
+              ("names-nobody", "^(zz)", r"--student-pattern '\^\(zz\)' names no student in 'a\.png' \(2 page files\)",
+               ab),
+              ("empty-group", "^()", r"--student-pattern '\^\(\)' names no student in 'a\.png'", ab),
+              ("group-not-taken", "^(x)?a", r"names no student in 'a\.png' \(2 page files\)", ab),
+              # the regex module (re's syntax) answers ^(a+)+$ at once where re backtracks for ever; ^(a|aa)+$ it
+              # cannot: the search's time limit ends it
+              ("nested-repeat", "^(a+)+$", r"--student-pattern '\^\(a\+\)\+\$' names no student in 'a{40}!\.png'",
+               pages(long_name)),
+              ("backtracks", "^(a|aa)+$", r"--student-pattern '\^\(a\|aa\)\+\$' took over 1 s on 'a{40}!\.png' "
+                                          r"\(a pattern that backtracks", pages(long_name)),
+              ("one-folder-misses", "^([^/]+)/", r"names no student in 'loose\.png' \(1 page files\)",
+               chain(folders, pages("loose.png"))))],
+        Case("student-pattern-a-folder-each", GRADE, grade_args(student_pattern="^([^/]+)/"), code=0,
+             check=all_of(graded(pages=3), csv_column("out/students.csv", "student", lambda v: v == ["ann", "bo"]),
+                          csv_column("out/students.csv", "pages", lambda v: v == ["2", "1"])),
+             setup=folders),
+        Case("student-pattern-no-group", GRADE, grade_args(student_pattern="^[a-z]+"), code=0,
+             check=csv_column("out/students.csv", "student", lambda v: sorted(v) == ["ann", "bo"]), setup=folders),
+        *[Case(f"students-{name}", GRADE, grade_args(students=manifest), message,
+               setup=chain(ab, write("students.csv", text)) if text is not None else ab)
+          for name, text, message in (
+              ("missing", None, r"--students \S+/students\.csv: cannot be read \(.*No such file or directory"),
+              ("empty-file", "", r"--students \S+/students\.csv: needs the columns file and student"),
+              ("header-only", "file,student\n", r"--students \S+/students\.csv: needs the columns file and student"),
+              ("no-student-column", "file,name\na.png,Ann\n", r"needs the columns file and student"),
+              ("named-twice", "file,student\na.png,Ann\na.png,Bo\nb.jpg,Bo\n",
+               r"--students \S+/students\.csv line 3: 'a\.png' is named twice: keep one row per file"),
+              ("a-row-for-no-page", "file,student\na.png,Ann\nb.jpg,Bo\nc.png,Cy\n",
+               r"line 4: 'c\.png' is no page file under --pages"),
+              ("a-path-outside", "file,student\n../a.png,Ann\nb.jpg,Bo\n",
+               r"line 2: '\.\./a\.png' is no page file under --pages"),
+              ("blank-student", "file,student\na.png,  \nb.jpg,Bo\n", r"line 2: no student for 'a\.png'"),
+              ("a-page-left-out", "file,student\na.png,Ann\n",
+               r"--students \S+/students\.csv: no student for 'b\.jpg' \(1 page files\): add a row for each"),
+              ("not-utf8", b"file,student\na.png,\xff\xfe\nb.jpg,Bo\n",
+               r"--students \S+/students\.csv: cannot be read"),
+              ("unclosed-quote", 'file,student\na.png,"Ann\nb.jpg,Bo\n', r"--students \S+/students\.csv: "
+                                                                          r"(cannot be read|no student for)"),
+              ("a-short-row", "file,student\na.png\nb.jpg,Bo\n", r"line 2: no student for 'a\.png'"))],
+        Case("students-a-folder", GRADE, grade_args(students=manifest), r"--students \S+/students\.csv: cannot be read",
+             setup=chain(ab, make_dir("students.csv"))),
+        Case("students-flag-empty", GRADE, grade_args(students=""), r"--students is empty: name the CSV manifest",
+             setup=ab),
+        Case("students-bom-crlf", GRADE, grade_args(students=manifest), code=0,
+             check=csv_column("out/students.csv", "student", lambda v: sorted(v) == ["Ann", "Bo"]),
+             setup=chain(ab, write("students.csv", b"\xef\xbb\xbffile,student\r\na.png,Ann\r\nb.jpg,Bo\r\n"))),
+        Case("students-a-formula-and-chinese", GRADE, grade_args(students=manifest), code=0,
+             check=csv_column("out/students.csv", "student", lambda v: sorted(v) == ["'=HYPERLINK(1)", "张三"]),
+             setup=chain(ab, write("students.csv", "file,student\na.png,=HYPERLINK(1)\nb.jpg,张三\n"))),
+        Case("students-two-pages-one-student", GRADE, grade_args(students=manifest), code=0,
+             check=all_of(csv_column("out/students.csv", "student", lambda v: v == ["Ann"]),
+                          csv_column("out/students.csv", "pages", lambda v: v == ["2"])),
+             setup=chain(ab, write("students.csv", "file,student\na.png,Ann\nb.jpg,Ann\n"))),
+    ]
+
+
 # ----------------------------------------------------------------------------------------------- select_checkpoint.py
 SELECT = "eval/select_checkpoint.py"
 SELECT_BASE = {"--run": "{box}/run", "--data": "{synth}", "--out": "{box}/out", "--backend": "hf", "--limit": "1"}
@@ -2384,14 +2458,22 @@ def scored_earlier(report: dict | str = SCORED) -> Callable[[Env], None]:
                  write("out/checkpoint-2/report.json", report if isinstance(report, str) else json.dumps(report)))
 
 
-def not_in_file(rel: str, *texts: str) -> Callable[[Env, str], str | None]:
-    """box/rel was written and holds none of `texts`."""
+def shown_as_written(rel: str, *texts: str) -> Callable[[Env, str], str | None]:
+    """The Markdown file box/rel, rendered as a Markdown viewer renders it (markdown-it-py, raw HTML off, as the HTML
+    reports do), shows each of `texts` as written (whitespace as one space) and holds no image, link or HTML tag a
+    text could have brought."""
     def check(env: Env, _stdout: str) -> str | None:
+        from html import escape
+
+        from gbtrain.evaluation.html_report import markdown_html
+
         path = env.box / rel
         if not path.is_file():
             return f"{rel} was not written"
-        found = [t for t in texts if t in path.read_text(encoding="utf-8")]
-        return f"{rel} holds {found}" if found else None
+        shown = markdown_html(path.read_text(encoding="utf-8"))
+        missing = [t for t in texts if escape(" ".join(t.split()), quote=False).replace('"', "&quot;") not in shown]
+        tags = re.findall(r"<(?:img|a|b|i|script)\b[^>]*>|<h[1-6]>Injected", shown)
+        return f"{rel} rendered: {missing} not shown as written, tags {tags}" if missing or tags else None
     return check
 
 
@@ -2554,10 +2636,10 @@ def select_cases() -> list[Case]:
         Case("rerun-scored-earlier", SELECT, select_args(), code=0, check=best, setup=scored_earlier()),
         Case("rerun-metric-map", SELECT, select_args(metric="map"), code=0, check=best, setup=scored_earlier()),
         Case("note-holds-html", SELECT, select_args(), code=0,
-             check=all_of(best, not_in_file("out/selection.md", "<img")),
+             check=all_of(best, shown_as_written("out/selection.md", html)),
              setup=chain(scored_earlier(), make_dir(f"run/{html}"))),
         Case("run-path-holds-html", SELECT, select_args(run="{box}/r<b>un", out="{box}/o"), code=0,
-             check=lambda env, _: not_in_file("o/selection.md", "<b>")(env, _),
+             check=shown_as_written("o/selection.md", "r<b>un"),
              setup=chain(scored_earlier(), lambda env: (env.box / "run").rename(env.box / "r<b>un"),
                          lambda env: (env.box / "out").rename(env.box / "o"),
                          lambda env: replace_file(env.box / "o/selection_run.json", (
@@ -2640,6 +2722,17 @@ def review_cases() -> list[Case]:
         Case("import-a-cell-past-the-field-limit", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"],
              r"reviewed\.csv after line \d+: not a CSV row \(field larger than field limit .*save the sheet again",
              setup=chain(graded, reviewed_sheet(lambda rows: rows[0].update(text="7" * 200_000))), outputs=()),
+        # a teacher's reason is text in review_report.md, never an image that loads, a link, HTML or a new line
+        *[Case(f"import-reason-{name}", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,
+               check=shown_as_written("imported/review_report.md", reason),
+               setup=chain(graded, reviewed_sheet(lambda rows, reason=reason: (one_changed(rows),
+                                                                              rows[0].update(reason=reason)))),
+               outputs=("imported",))
+          for name, reason in (
+              ("an-image", "![seen](http://tracker.example/p.png)"), ("html", "<img src=x onerror=alert(1)>"),
+              ("a-link", "[click](javascript:alert(1))"), ("a-cell", "too low | 3 points"),
+              ("a-heading", "see below\n# Injected heading"), ("a-code-fence", "```\nrm -rf /"),
+              ("emphasis", "**all wrong** __really__"), ("an-entity", "&lt;b&gt; & <b>bold</b>"))],
         # a box the teacher cleared, or moved past the page's edge to nothing: its page is named and kept out of the
         # training data (it was dropped, or written with a box of no area, without a word)
         Case("import-a-box-cleared", REVIEW, [*REVIEW_IMPORT, "--reviewed", "{box}/reviewed.csv"], code=0,
@@ -3369,7 +3462,7 @@ CASES = [*score_cases(), *agreement_cases(), *eval_cases(), *build_cases(), *tra
          *grade_cases(), *select_cases(), *review_cases(), *interval_cases(), *compare_outcome_cases(),
          *selective_cases(), *hub_cases(), *demo_cases(), *agreement_more_cases(), *points_in_annotation_cases(),
          *alias_cases(), *key_id_cases(), *printed_id_cases(),
-         *multi_source_cases()]
+         *multi_source_cases(), *student_cases()]
 
 
 # ----------------------------------------------------------------------------------------------- the fake endpoint

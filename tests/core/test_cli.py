@@ -181,3 +181,40 @@ def test_a_tool_that_wraps_a_config_takes_its_file_and_key_values_as_its_own():
                                                "--format", "coco"])
     assert convert.mapping_overrides() == ["subject=Mathematics", "format=coco"]
     assert ConvertRun("m", "e", "o").overrides is not ConvertRun("m", "e", "o").overrides  # one list each
+
+
+def _unpack_three() -> None:
+    first, second = [1, 2, 3]  # noqa: F841 - the bug under test
+
+
+def _raise_named() -> None:
+    raise ValueError("data/L1.json [record 7]: id must be text")
+
+
+def test_a_user_error_is_one_line_and_a_bug_keeps_its_traceback(tmp_path, capsys):
+    """Issue 57: a ValueError the interpreter raises in gbtrain's code ("too many values to unpack") is a bug and
+    keeps its traceback; one raised with a message, a malformed CSV (csv.Error) and a file's bad bytes end the tool
+    with one line and exit 2."""
+    import csv
+
+    from gbtrain.cli import is_bug, user_errors
+
+    with pytest.raises(ValueError, match="too many values to unpack"), user_errors("tool"):
+        _unpack_three()
+    assert is_bug(_caught(_unpack_three)) and not is_bug(_caught(_raise_named))
+    table = tmp_path / "t.csv"
+    table.write_text('a,"b\n')
+    for work in (_raise_named, lambda: list(csv.reader(open(table, newline=""), strict=True)),  # noqa: SIM115
+                 lambda: b"\xff".decode("utf-8")):
+        with pytest.raises(SystemExit) as stop, user_errors("tool"):
+            work()
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.startswith("tool: ")
+
+
+def _caught(work) -> BaseException:
+    try:
+        work()
+    except ValueError as e:
+        return e
+    raise AssertionError("no error")
