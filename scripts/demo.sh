@@ -26,8 +26,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --full) FULL=true; shift ;;
     --seed)
+      [ -z "${SEEDED:-}" ] || fail "--seed given twice ($SEEDED, then ${2:-}): give one"
       [[ "${2:-}" =~ ^[0-9]{1,4}$ ]] || fail "--seed ${2:-}: give a whole number from 0 to 9999 ($USAGE)"
-      SEED=$((10#$2)); shift 2 ;;
+      SEED=$((10#$2)) SEEDED=$2; shift 2 ;;
     -*) fail "unknown option '$1': $USAGE" ;;
     *) break ;;
   esac
@@ -54,6 +55,7 @@ done
 case "${DEMO_COORDS:-rel1000}" in qwen25|abs|rel1000|rel1000-yxyx|rel1|rel1-cxcywh) ;;
   *) fail "DEMO_COORDS=$DEMO_COORDS: one of qwen25, abs, rel1000, rel1000-yxyx, rel1, rel1-cxcywh" ;; esac
 case "${DEMO_SMOKE:-0}" in 0|1) ;; *) fail "DEMO_SMOKE=$DEMO_SMOKE: 1 (smoke-test sizes) or 0" ;; esac
+if $FULL && [ "${DEMO_SMOKE:-0}" = 1 ]; then fail "--full and DEMO_SMOKE=1: the smoke sizes would replace the full demo's; give one"; fi
 case "${DEMO_DETERMINISTIC:-0}" in 0|1) ;; *) fail "DEMO_DETERMINISTIC=$DEMO_DETERMINISTIC: 1 (torch's deterministic kernels) or 0" ;; esac
 if [ -n "${GBTRAIN_VENV:-}" ] && [ ! -x "$GBTRAIN_VENV/bin/python" ]; then
   fail "GBTRAIN_VENV=$GBTRAIN_VENV has no bin/python: name a Python environment with gbtrain's dependencies"
