@@ -2413,6 +2413,10 @@ def student_cases() -> list[Case]:
         Case("students-a-formula-and-chinese", GRADE, grade_args(students=manifest), code=0,
              check=csv_column("out/students.csv", "student", lambda v: sorted(v) == ["'=HYPERLINK(1)", "张三"]),
              setup=chain(ab, write("students.csv", "file,student\na.png,=HYPERLINK(1)\nb.jpg,张三\n"))),
+        Case("students-a-path-as-a-name", GRADE, grade_args(students=manifest), code=0,
+             check=all_of(csv_column("out/students.csv", "student", lambda v: sorted(v) == ["../../etc/x", "Bo"]),
+                          exists("out/students.csv")),
+             setup=chain(ab, write("students.csv", "file,student\na.png,../../etc/x\nb.jpg,Bo\n"))),
         Case("students-two-pages-one-student", GRADE, grade_args(students=manifest), code=0,
              check=all_of(csv_column("out/students.csv", "student", lambda v: v == ["Ann"]),
                           csv_column("out/students.csv", "pages", lambda v: v == ["2"])),
@@ -2903,6 +2907,30 @@ def review_sheet_cases(graded: Callable[[Env], None]) -> list[Case]:
              setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows),
                                                               rows[0].update(score="0,5", full_score="1")))),
              outputs=("imported",)),
+        # two items given one question id are one group (an answer in two boxes): they must agree on their points,
+        # else the page is named and kept out of the training data; the grades still count in the rate
+        Case("sheet-one-question-two-scores", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, written__left_out=lambda v: len(v) == 1 and
+                              "is given 2 boxes with different scores" in v[0]["why"]),
+             setup=chain(graded, reviewed_sheet(lambda rows: [r.update(reviewed="yes", question_id="1",
+                                                                       full_score="2", score=str(2 * k))
+                                                              for k, r in enumerate(rows)])),
+             outputs=("imported",)),
+        Case("sheet-one-question-two-boxes-agree", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, written__left_out=[]),
+             setup=chain(graded, reviewed_sheet(lambda rows: [r.update(reviewed="yes", question_id="1",
+                                                                       full_score="2", score="1") for r in rows])),
+             outputs=("imported",)),
+        Case("sheet-question-id-cleared", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", written__left_out=lambda v: len(v) == 1 and
+                              "has no question id" in v[0]["why"]),
+             setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows), rows[0].update(question_id="  ")))),
+             outputs=("imported",)),
+        Case("sheet-question-id-chinese", REVIEW, SHEET, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, written__left_out=[]),
+             setup=chain(graded, reviewed_sheet(lambda rows: [r.update(reviewed="yes", question_id=q)
+                                                              for r, q in zip(rows, ("第8题", "Q5"), strict=True)])),
+             outputs=("imported",)),
         Case("sheet-formula-text", REVIEW, SHEET, code=0,
              check=report_has("imported/review_report.json", reviewed=2),
              setup=chain(graded, reviewed_sheet(lambda rows: (one_changed(rows), rows[0].update(
@@ -2966,6 +2994,23 @@ def review_labelstudio_cases(graded: Callable[[Env], None]) -> list[Case]:
         Case("labelstudio-as-exported", REVIEW, LS_IMPORT, code=0,
              check=report_has("imported/review_report.json", reviewed=2, changed=0),
              setup=chain(graded, ls_tasks(lambda tasks: None)), outputs=("imported",)),
+        # regions as Label Studio writes them after a teacher's edit (round four)
+        Case("labelstudio-a-box-a-little-past-the-edge", REVIEW, LS_IMPORT, code=0,
+             check=report_has("imported/review_report.json", reviewed=2),
+             setup=chain(graded, ls_tasks(ls_results(lambda r: r["value"].update(
+                 width=100.4 - r["value"]["x"]), "rectanglelabels"))), outputs=("imported",)),
+        Case("labelstudio-a-box-rotated", REVIEW, LS_IMPORT, code=0,
+             check=report_has("imported/review_report.json", reviewed=2),
+             setup=chain(graded, ls_tasks(ls_results(lambda r: r["value"].update(rotation=30), "rectanglelabels"))),
+             outputs=("imported",)),
+        Case("labelstudio-annotations-null", REVIEW, LS_IMPORT, r"tasks\.json: nothing in it is reviewed",
+             setup=chain(graded, ls_tasks(lambda tasks: tasks[0].update(annotations=None))), outputs=()),
+        Case("labelstudio-review-id-missing", REVIEW, LS_IMPORT, r"tasks\.json task 1: .*review",
+             setup=chain(graded, ls_tasks(lambda tasks: [tasks[0]["data"].pop("review_id"), None][1])), outputs=()),
+        Case("labelstudio-question-id-chinese", REVIEW, LS_IMPORT, code=0,
+             check=report_has("imported/review_report.json", reviewed=2, written__left_out=[]),
+             setup=chain(graded, ls_tasks(ls_results(lambda r: r["value"].update(text=["第8题"]) if r.get(
+                 "from_name") == "qid" else None))), outputs=("imported",)),
         Case("labelstudio-cancelled-only", REVIEW, LS_IMPORT, r"nothing in it is reviewed",
              setup=chain(graded, ls_tasks(lambda tasks: tasks[0]["annotations"][0].update(was_cancelled=True))),
              outputs=()),
@@ -3113,6 +3158,14 @@ def selective_cases() -> list[Case]:
         ("two-rules", ("--max-error", "0.05", "--target-accuracy", "0.9"),
          r"--target-accuracy and --max-error: give one"),
         ("certify-alone", ("--certify", "points"), r"--certify points: give --max-error too"),
+        ("review-budget-1.5", ("--review-budget", "1.5"), r"--review-budget 1\.5: give a share from 0 up to \(not "
+                                                          r"including\) 1"),
+        ("review-budget-negative", ("--review-budget", "-1"), r"--review-budget -1(\.0)?: give a share"),
+        ("target-accuracy-negative", ("--target-accuracy", "-0.5"), r"--target-accuracy -0\.5: give a share above 0"),
+        ("target-accuracy-inf", ("--target-accuracy", "inf"), r"--target-accuracy inf: give a share above 0"),
+        ("budget-and-max-error", ("--max-error", "0.05", "--review-budget", "0.2"),
+         r"--review-budget and --max-error: give one"),
+        ("certify-pages", ("--max-error", "0.05", "--certify", "pages"), r"--certify: invalid choice: 'pages'"),
     ]
     return [
         *[Case(f"selective-{name}", SELECT, select_args(*flags), message, setup=training_run(), outputs=())
@@ -3234,6 +3287,13 @@ def hub_cases() -> list[Case]:
              outputs=()),
         Case("push-without-licence", HUB, [*HUB_ARGS, "--push-to-hub", "me/exams"], r"HF_HUB_OFFLINE is set|licence",
              setup=build_copy, outputs=()),
+        *[Case(f"license-{name}", HUB, [*HUB_ARGS, "--license", value], r"--license .*: give a Hub licence id",
+               setup=build_copy, outputs=())
+          for name, value in (("empty", ""), ("spaces", "cc by 4.0"), ("upper-case", "CC-BY-4.0"),
+                              ("html", "<img src=x onerror=alert(1)>"), ("yaml-lines", "mit\nprivate: false"),
+                              ("markdown", "[mit](http://x.example)"), ("a-path", "../LICENSE"))],
+        Case("license-an-id", HUB, [*HUB_ARGS, "--license", "cc-by-nc-sa-4.0"], code=0,
+             check=exists("out/gbtrain_export.json", "out/README.md"), setup=build_copy),
         Case("push-bad-repo-id", HUB, [*HUB_ARGS, "--push-to-hub", "../../etc", "--license", "cc-by-4.0"],
              r"\.\./\.\./etc", setup=build_copy, outputs=()),
     ]

@@ -51,10 +51,16 @@ class HubExportRun:
     private: bool = option(True, "create the Hub repo as private (exam pages carry students' handwriting)")
 
 
+LICENCE_ID = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
+
+
 def check_export(run: HubExportRun) -> set[str]:
     """Everything that can be refused before any work: the output folder, and a push that cannot happen. Returns
     the earlier export's files a rerun replaces (earlier_export_files)."""
     require_out(run.out)
+    if not LICENCE_ID.fullmatch(run.license):  # the card's front matter: an id the Hub knows, never free text
+        raise ValueError(f"--license {run.license!r:.80}: give a Hub licence id (lowercase letters, digits, . and -: "
+                         f"cc-by-4.0, mit, apache-2.0, other; https://huggingface.co/docs/hub/repositories-licenses)")
     overlap = overlapping("--out", run.out, {"--build": run.build})
     if overlap:
         raise ValueError(f"{overlap[0]}: write the export to a folder of its own")
