@@ -617,6 +617,9 @@ def score_cases() -> list[Case]:
         Case("hostile-text-900k-cjk", SCORE, score_args(), code=0, limit_s=HOSTILE_S,
              check=report_has("out/report.json", n_groups=lambda n: n > 0),
              setup=predictions(items_with(0, text=json.dumps("字" * 900_000)), good(1))),
+        *[Case(f"answer-tolerance-{name}", SCORE, score_args("--answer-tolerance", value),
+               r"--answer-tolerance .*: give a relative difference from 0 \(exact\) to below 1", setup=ok, outputs=())
+          for name, value in (("1", "1"), ("negative", "-0.05"), ("nan", "nan"), ("inf", "inf"))],
         # flags that would be taken and change nothing, or score nothing
         Case("no-rule-first-with-the-rule-judge", SCORE, score_args("--no-rule-first"),
              r"--no-rule-first asks an LLM judge every answer, but --judge is rule", setup=ok, outputs=()),
