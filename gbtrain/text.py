@@ -67,7 +67,9 @@ def csv_cell(value):
     return value
 
 
-_MARKDOWN_ACTIVE = re.compile(r"([\\`*_\[\]<>&|~!])")  # inline syntax: escapes, code, emphasis, links, HTML, cells
+# inline syntax: escapes, code, emphasis, links and images, HTML and entities, cells, strikethrough; an underscore
+# between two letters or digits (my_exam) can neither open nor close emphasis (CommonMark), so it stays as it is
+_MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]<>&|~]|(?<![^\W_])_|_(?![^\W_]))")
 _MARKDOWN_LINE_START = re.compile(r"^(?:([#+=-])|(\d+)([.)]))")  # a heading, list item or underline at a line's start
 
 

@@ -16,7 +16,7 @@ def test_quoted_text_is_shown_as_written_in_markdown():
     """The Markdown source; tests/evaluation/test_html_report.py renders it."""
     assert markdown_text("<img src=x onerror=alert(1)>") == "\\<img src=x onerror=alert(1)\\>"
     assert markdown_text("a|b `c`\nd &") == "a\\|b \\`c\\` d \\&"
-    assert markdown_text("![t](u) my_exam # 1. x") == "\\!\\[t\\](u) my\\_exam # 1. x"
+    assert markdown_text("![t](u) my_exam _x_ __y__ # 1. x") == "!\\[t\\](u) my_exam \\_x\\_ \\_\\_y\\_\\_ # 1. x"
     assert markdown_text("# h") == "\\# h" and markdown_text("12. x") == "12\\. x"
     assert markdown_text(50176) == "50176"
     assert markdown_code("a`b <i>") == "``a`b <i>``" and markdown_code("`x") == "`` `x ``"
