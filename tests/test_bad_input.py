@@ -92,7 +92,7 @@ class Case:
     code: int = 2
     setup: Callable[[Env], None] | None = None
     outputs: tuple[str, ...] = ("out",)  # sandbox paths that may change
-    check: Callable[[Env, str], str | None] | None = None  # code 0: returns what is wrong, or None
+    check: Callable[[Env, str], str | None] | None = None  # what is wrong after the run (code 0, or a refusal), or None
     limit_s: float = 60.0
     env: dict[str, str] = field(default_factory=dict)  # environment variables of this case ({box} etc. filled in)
     file_size_limit: int | None = None  # bytes: run in a process of its own whose files cannot grow past this (a
@@ -341,6 +341,14 @@ def exists(*rels: str) -> Callable[[Env, str], str | None]:
     def check(env: Env, _stdout: str) -> str | None:
         missing = [r for r in rels if not (env.box / r).exists()]
         return f"not written: {missing}" if missing else None
+    return check
+
+
+def gone(*rels: str) -> Callable[[Env, str], str | None]:
+    """After a refusal: none of box/rels is left (a half-written output removed)."""
+    def check(env: Env, _stdout: str) -> str | None:
+        left = [r for r in rels if (env.box / r).exists()]
+        return f"left behind: {left}" if left else None
     return check
 
 
@@ -1250,7 +1258,7 @@ def train_cases() -> list[Case]:
                                                                      "limit_eval_samples=2"),
              r"\S+/run/checkpoint-1: the save failed \(.*; a full disk\?\): the partial save was removed; no complete "
              r"checkpoint was saved before it: free space, then run again with --resume",
-             setup=y, outputs=("run",), file_size_limit=5_000_000, limit_s=300),
+             setup=y, outputs=("run",), file_size_limit=5_000_000, limit_s=300, check=gone("run/checkpoint-1")),
         Case("no-config", TRAIN, [], r"the following arguments are required: --config", outputs=()),
         Case("config-missing", TRAIN, train_args(), r"/train\.yaml: No such file or directory", outputs=()),
         Case("config-malformed", TRAIN, train_args(), r"bad config \S+/train\.yaml: ",
@@ -3734,7 +3742,7 @@ def classify(case: Case, ended: str, code: int | None, stdout: str, stderr: str,
     message, alone = final_message(stderr, Path(case.script).stem)
     if code != case.code or message is None or not alone or not re.search(case.message, message, re.S):
         return "unclear"
-    return "clear"
+    return "unclear" if case.check and case.check(env, stdout) else "clear"  # a refusal that left work behind
 
 
 def leaked(paths) -> list[str]:
@@ -3773,7 +3781,7 @@ def run_case(case: Case, tmp_path: Path, fixtures: dict[str, Path], url: str) ->
         release(env)
         while _HELD:
             _HELD.pop().close()
-    problem = case.check(env, stdout) if case.check and outcome == "silent" and code == 0 and case.code == 0 else None
+    problem = case.check(env, stdout) if case.check and outcome in ("silent", "unclear") and code == case.code else None
     detail = (f"{case.id}: {outcome} (exit {code}, expected {case.code}, {took:.1f} s)\n"
               f"  argv: {argv}\n  expected message: {case.message!r}\n"
               + (f"  check: {problem}\n" if problem else "") + (f"  changed outside the output: {escaped[:8]}\n"
