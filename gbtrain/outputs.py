@@ -53,12 +53,15 @@ def overlapping(out_name: str, out: str | Path, inputs: dict[str, str | Path]) -
     for name, path in inputs.items():
         if not path or not Path(path).is_dir():
             continue
-        src = Path(path).resolve()
-        how = "is" if out_abs == src else "lies inside" if src in out_abs.parents else (
-            "holds" if out_abs in src.parents else None)
+        how = relation(out_abs, Path(path).resolve())
         if how:
             problems.append(f"{out_name} {out} {how} {name} {path}")
     return problems
+
+
+def relation(out: Path, src: Path) -> str | None:
+    """How an output path lies to an input (both resolved): "is", "lies inside", "holds", or None (apart)."""
+    return "is" if out == src else "lies inside" if src in out.parents else "holds" if out in src.parents else None
 
 
 class FolderLock:
@@ -152,8 +155,8 @@ def claim_output_files(files: Iterable[tuple[Path, Callable[[Path], bool]]], inp
     for path, ours in files:
         target = path.resolve()
         for name, src in sources.items():
-            if target == src or src in target.parents:
-                how = "is" if target == src else "lies inside"
+            how = relation(target, src)
+            if how in ("is", "lies inside"):  # a file that holds an input is a folder: refused below
                 raise ValueError(f"{flag} {path} {how} {name} {src}, which {tool} reads: write it elsewhere")
         if path.is_dir():
             raise ValueError(f"{flag} {path} is a folder: name a file")
