@@ -45,11 +45,34 @@ def _pixels_sha256(path: str, _mtime_ns: int, _size: int) -> str:
     return hashlib.sha256(f"{rgb.width}x{rgb.height}:".encode() + rgb.tobytes()).hexdigest()
 
 
-def hash_all(paths: Iterable[Path], workers: int = 1) -> dict[Path, str]:
-    """pixels_sha256 of each distinct path, `workers` at a time (decoding releases the GIL)."""
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes: a copy of an image the build read has the build's bytes, so its pixel hash is
+    looked up instead of decoded again (every record of --data is asked before --limit takes the first ones)."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
+    return _file_sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=65_536)
+def _file_sha256(path: str, _mtime_ns: int, _size: int) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
+    return digest.hexdigest()
+
+
+def hash_all(paths: Iterable[Path], workers: int = 1) -> dict[Path, tuple[str, str]]:
+    """(pixels_sha256, file_sha256) of each distinct path, `workers` at a time (decoding releases the GIL)."""
     distinct = sorted({Path(p) for p in paths})
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        return dict(zip(distinct, pool.map(pixels_sha256, distinct), strict=True))
+        return dict(zip(distinct, pool.map(lambda p: (pixels_sha256(p), file_sha256(p)), distinct), strict=True))
 
 
 @dataclass(frozen=True)
@@ -59,11 +82,12 @@ class BuildContents:
     images: dict[str, str]
     groups: dict[str, str] = field(default_factory=dict)
     group: str | None = None  # the build's split_group pattern
+    files: dict[str, str] = field(default_factory=dict)  # file_sha256 -> pixels_sha256 of the images the build read
 
     def split_of(self, record: Record, path: str | Path) -> str | None:
         """The split the build put this record's image in (by its pixels), else its student's or exam's split
         (a split_group build: a new page of a trained student is that student's), else None: the build never saw it."""
-        found = self.images.get(pixels_sha256(path))
+        found = self.images.get(self.files.get(file_sha256(path)) or pixels_sha256(path))
         if found is None and self.group is not None:
             try:
                 found = self.groups.get(SplitRule(0, 0, 0, self.group).key(record))
@@ -77,20 +101,21 @@ class BuildContents:
 
     def to_json(self) -> dict:
         return {"hash": "sha256 of 'WxH:' + RGB pixels", "images": dict(sorted(self.images.items())),
-                "group": self.group, "groups": dict(sorted(self.groups.items()))}
+                "group": self.group, "groups": dict(sorted(self.groups.items())),
+                "files": dict(sorted(self.files.items()))}
 
 
 def contents_of(split_by_image: Iterable[tuple[str, str]], group: str | None,
-                split_by_group: Iterable[tuple[str, str]]) -> BuildContents:
-    """The contents of a build from (image hash, split) and (group, split) pairs; an image in several splits is
-    entered as trained on (if any) so that nothing the model saw is held out."""
+                split_by_group: Iterable[tuple[str, str]], files: dict[str, str] | None = None) -> BuildContents:
+    """The contents of a build from (image hash, split) and (group, split) pairs, and the images' file hashes; an
+    image in several splits is entered as trained on (if any) so that nothing the model saw is held out."""
     images: dict[str, str] = {}
     for sha, split in split_by_image:
         if split not in SPLITS:
             raise ValueError(f"split {split!r} is not one of {', '.join(SPLITS)}")
         if sha not in images or _PRECEDENCE[split] < _PRECEDENCE[images[sha]]:
             images[sha] = split
-    return BuildContents(images, dict(split_by_group), group)
+    return BuildContents(images, dict(split_by_group), group, dict(files or {}))
 
 
 def write_contents(out: Path, contents: BuildContents) -> None:
@@ -105,12 +130,13 @@ def read_contents(build: str | Path) -> BuildContents | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        images, groups = data["images"], data.get("groups") or {}
-        ok = all(isinstance(k, str) and v in SPLITS for k, v in (*images.items(), *groups.items()))
+        images, groups, files = data["images"], data.get("groups") or {}, data.get("files") or {}  # files: since 12-07
+        ok = all(isinstance(k, str) and v in SPLITS for k, v in (*images.items(), *groups.items())) and all(
+            isinstance(k, str) and v in images for k, v in files.items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a build's contents record ({e}): build {build} again with "
                          f"data_builders/build_sft.py") from None
     if not ok or not (data.get("group") is None or isinstance(data["group"], str)):
         raise ValueError(f"{path}: not a build's contents record (an entry is not a hash and a split): build {build} "
                          f"again with data_builders/build_sft.py")
-    return BuildContents(images, groups, data.get("group"))
+    return BuildContents(images, groups, data.get("group"), files)

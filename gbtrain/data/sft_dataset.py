@@ -100,10 +100,10 @@ def build_contents(merged: Merged, rule: SplitRule, workers: int) -> BuildConten
         source, level, image = merged.image_in_build(r)
         paths[(r.level, r.record_id)] = merged.image_file(level, image, source)
     hashes = hash_all(paths.values(), workers)
-    splits = [(hashes[paths[(r.level, r.record_id)]], record_split(r, rule, merged)) for r in records]
+    splits = [(hashes[paths[(r.level, r.record_id)]][0], record_split(r, rule, merged)) for r in records]
     groups = {group_key(r, rule, merged): split for r, (_, split) in zip(records, splits, strict=True)} \
         if rule.group else {}
-    return contents_of(splits, rule.group, groups.items())
+    return contents_of(splits, rule.group, groups.items(), {file: pixels for pixels, file in hashes.values()})
 
 
 def _draw(rng: random.Random, pool: list[Record], take: int, merged: Merged | None) -> list[Record]:

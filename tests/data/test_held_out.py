@@ -88,6 +88,24 @@ def test_a_copied_moved_or_relatively_named_folder_is_the_same_pages(held_build,
         shutil.copytree(moved_build, held_build)  # the module's other tests use it
 
 
+def test_a_copy_of_a_page_the_build_read_is_known_by_its_bytes_without_decoding(held_build, synth_dir, tmp_path):
+    """Every record of --data is asked before --limit takes the first ones: a page whose file is byte for byte one
+    the build read is looked up by its file hash (contents.json's files) and gets the split decoding would give."""
+    from gbtrain.data import contents
+    from gbtrain.data.annotations import image_path
+
+    copy = tmp_path / "copy"
+    shutil.copytree(synth_dir, copy)
+    held = resolve_held_out(copy, "auto", str(held_build), None)
+    records = load_level(copy, "L3").records
+    contents._pixels_sha256.cache_clear()
+    known = [r for r in records if contents.file_sha256(image_path(copy, r)) in held.contents.files]
+    assert known
+    splits = [held.split_of(r) for r in known]
+    assert contents._pixels_sha256.cache_info().misses == 0  # not one decoded
+    assert splits == [held.contents.images[contents.pixels_sha256(image_path(copy, r))] for r in known]
+
+
 def test_a_folder_the_build_never_saw_is_evaluated_whole(sft_dir, synth_dir, tmp_path):
     """Other pixels (here: every page re-drawn with one pixel changed) are pages the build never saw: all of them
     are evaluated, recorded as a base model's evaluation is, and no split of the build holds any."""
