@@ -27,12 +27,18 @@ _PRECEDENCE = {"train": 0, "validation": 1, "test": 2}
 def pixels_sha256(path: str | Path) -> str:
     """The identity of an image: its size and mode-independent RGB pixels, hashed (a copy, a move or a lossless
     re-save keep it; a re-encoded JPEG or a new scan is another image). An unreadable file is a ValueError naming it."""
+    return _pixels_sha256(*_cache_key(path))
+
+
+def _cache_key(path: str | Path) -> tuple[str, int, int]:
+    """A file's resolved path, modification time and size: what the hash caches are keyed by (a file rewritten in
+    place is hashed again). A file that cannot be read is a ValueError naming it."""
     path = Path(path)
     try:
         stat = path.stat()
     except OSError as e:
         raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
-    return _pixels_sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
 
 
 @lru_cache(maxsize=65_536)  # an L3 page and its L2 records share one file: decoded once (keyed by its stat too)
@@ -48,12 +54,7 @@ def _pixels_sha256(path: str, _mtime_ns: int, _size: int) -> str:
 def file_sha256(path: str | Path) -> str:
     """The sha256 of a file's bytes: a copy of an image the build read has the build's bytes, so its pixel hash is
     looked up instead of decoded again (every record of --data is asked before --limit takes the first ones)."""
-    path = Path(path)
-    try:
-        stat = path.stat()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
-    return _file_sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return _file_sha256(*_cache_key(path))
 
 
 @lru_cache(maxsize=65_536)
@@ -87,7 +88,8 @@ class BuildContents:
     def split_of(self, record: Record, path: str | Path) -> str | None:
         """The split the build put this record's image in (by its pixels), else its student's or exam's split
         (a split_group build: a new page of a trained student is that student's), else None: the build never saw it."""
-        found = self.images.get(self.files.get(file_sha256(path)) or pixels_sha256(path))
+        known = self.files.get(file_sha256(path)) if self.files else None  # a build before 12-07 has no file map
+        found = self.images.get(known or pixels_sha256(path))
         if found is None and self.group is not None:
             try:
                 found = self.groups.get(SplitRule(0, 0, 0, self.group).key(record))
