@@ -30,6 +30,7 @@ import sys
 
 from gbtrain.cli import parse_options, user_errors
 from gbtrain.grading.grade import GradeRun, grade_pages
+from gbtrain.text import brief
 
 
 def main() -> None:
@@ -57,7 +58,7 @@ def main() -> None:
               f"answer alone (no question id), {summary['by_position'] or 0} by position (the key's #k), "
               f"{summary['unkeyed']} matched to none")
         if summary["unkeyed_ids"]:
-            shown = ", ".join(f"{qid!r:.40} x{n}" for qid, n in list(summary["unkeyed_ids"].items())[:10])
+            shown = ", ".join(f"{brief(qid, 40)} x{n}" for qid, n in list(summary["unkeyed_ids"].items())[:10])
             print(f"answer key: ids no keyed question has: {shown}"
                   + (f" and {len(summary['unkeyed_ids']) - 10} more (summary.json)" if len(summary["unkeyed_ids"]) > 10
                      else ""))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import regex
 
+from gbtrain.text import brief
+
 SEARCH_TIMEOUT_S = 1.0  # per search: a name or path of a few hundred characters takes microseconds
 
 
@@ -16,12 +18,12 @@ class UserPattern:
         try:
             self.rule = regex.compile(pattern, flags=regex.VERSION0)
         except regex.error as e:
-            raise ValueError(f"{flag} {pattern!r:.80}: not a regular expression ({e})") from None
+            raise ValueError(f"{flag} {brief(pattern)}: not a regular expression ({e})") from None
         self.pattern, self.flag, self.groups = pattern, flag, self.rule.groups
 
     def search(self, text: str):
         try:
             return self.rule.search(text, timeout=SEARCH_TIMEOUT_S)
         except TimeoutError:
-            raise ValueError(f"{self.flag} {self.pattern!r:.80} took over {SEARCH_TIMEOUT_S:g} s on {text!r:.80} "
+            raise ValueError(f"{self.flag} {brief(self.pattern)} took over {SEARCH_TIMEOUT_S:g} s on {brief(text)} "
                              f"(a pattern that backtracks, such as (a+)+): write it without nested repeats") from None

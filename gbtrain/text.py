@@ -1,4 +1,5 @@
-"""Text that leaves the program: without credentials (redact), and names safe as file names (safe_name)."""
+"""Text that leaves the program: without credentials (redact), names safe as file names (safe_name), users' values
+quoted briefly in messages (brief)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def _kept(char: str) -> bool:
     """Letters, digits and combining marks of any script, `.`, `_` and `-`: characters no common file system
     (Windows, macOS, Linux) reserves; separators, controls, spaces, quotes and symbols are not kept."""
     return char in "._-" or unicodedata.category(char)[0] in "LNM"
+
+
+def brief(value, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters, the cut marked (…) and the closing quote kept: a user's value
+    quoted in a one-line message, however long the value (a path, a pattern, a hostile string)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return text[:limit - 2] + "…" + text[-1] if text[-1] in "'\"" else text[:limit - 1] + "…"
 
 
 def safe_name(text: str) -> str:

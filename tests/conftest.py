@@ -2,10 +2,65 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (scripts/test.sh, docs/testing.md), worker N keeps to its own share of the cores, and so
+    do the processes it starts: vLLM binds its threads to the first core it is allowed, and two workers' engines
+    on one core while the other idled took two to three times as long."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker and count:
+        cores = sorted(os.sched_getaffinity(0))
+        mine = cores[int(worker.removeprefix("gw")) % len(cores)::int(count)]
+        if mine:
+            os.sched_setaffinity(0, mine)
+
+
+CORPUS_PARTS = 8  # the bad-input corpus's share of the work units: a part fills what a slow file leaves
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The work units of `--dist loadgroup`: a test file each (its tests share module fixtures), the bad-input
+    corpus in CORPUS_PARTS parts; the files with slow tests first, the most slow tests first, so that the
+    longest units start early and the short ones even out the workers' ends (xdist hands a worker the next unit
+    in this order when it is almost done: scripts/test.sh passes --no-loadscope-reorder)."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.location[0]] = slow.get(item.location[0], 0) + (item.get_closest_marker("slow") is not None)
+    for index, item in enumerate(items):
+        group = item.location[0]
+        if group.endswith("test_bad_input.py"):
+            group += f"#{index % CORPUS_PARTS}"
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: -slow[item.location[0]])  # stable: a file's tests keep their order
+
+
+CORPUS_OUTCOME = "corpus_outcome"  # the user property of a bad-input case: (case id, outcome class)
+_CORPUS_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report):
+    """The corpus's outcomes, as each case's report reaches this process (a worker's too, under pytest-xdist)."""
+    if report.when == "call":
+        for key, value in report.user_properties:
+            if key == CORPUS_OUTCOME:
+                case_id, outcome = value
+                _CORPUS_OUTCOMES[case_id] = outcome
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The bad-input corpus's counts by outcome class, over every case this session ran."""
+    if _CORPUS_OUTCOMES and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from test_bad_input import counts_table
+
+        terminalreporter.write_line("\n" + counts_table(_CORPUS_OUTCOMES))
+
 
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
 # (tests/data/test_sft_dataset.py repeats these two numbers.)
@@ -119,7 +174,8 @@ def launch(sft_dir, tiny_model_dir, out, *overrides, accelerate_args=("--num_pro
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *accelerate_args, str(ROOT / "recipes" / "sft_qwen.py"),
            "--config", str(ROOT / "configs" / "sft" / "tiny_cpu.yaml"), f"model={tiny_model_dir}",
            f"dataset={sft_dir}", f"output_dir={out}", "report_to=[]", "limit_eval_samples=6", *overrides]
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    # unbuffered: each rank's summary line reaches the shared pipe in one write, not cut where a buffer filled
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
     if popen:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)

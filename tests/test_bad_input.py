@@ -15,7 +15,8 @@ sandbox folder as working directory, and ends in one outcome class:
 - escaped: something outside the case's declared output changed (the sandbox's inputs, a sentinel folder beside
   it, the shared tiny model / data fixtures, /tmp), or a credential reached the console or a written file.
 
-Every case is one test asserting "clear". The counts of all classes are printed by the last test:
+Every case is one test asserting "clear". The counts of all classes are printed at the end of the session
+(``counts_table``, from tests/conftest.py, which gathers them from every pytest-xdist worker):
 
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_bad_input.py
 
@@ -42,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from conftest import TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
+from conftest import CORPUS_OUTCOME, TEST_MAX_PIXELS, TEST_MIN_PIXELS, ChatEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = "gbtrain-escape-probe"  # no file of this name may appear in /tmp
@@ -57,7 +58,6 @@ CLASSES = ("clear", "unclear", "silent", "traceback", "hang", "escaped")
 # scripts/bench_score.py's: 1.26 s for all of them, measured 2026-11-30). The quadratic scanner of 2026-11-30 took
 # 11.7 s on 2,000-deep nesting alone; with two test workers on the two cores, 2 s was exceeded (2026-12-01).
 HOSTILE_S = 10.0
-OUTCOMES: dict[str, str] = {}  # case id -> class, filled as the cases run
 
 
 # ----------------------------------------------------------------------------------------------- the cases
@@ -3634,14 +3634,20 @@ class CaseTimeout(BaseException):
 
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every path under root with its kind, and a file's size and modification time (what a write changes; a
-    folder's own time changes with its entries, which are listed themselves)."""
+    folder's own time changes with its entries, which are listed themselves). Plain strings and os.scandir: taken
+    twice per case over the shared fixtures, a pathlib walk was a quarter of the corpus's time."""
     out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            kind = st.st_mode >> 12
-            out[str(p)] = (kind, 0, 0) if name in dirnames else (kind, st.st_size, st.st_mtime_ns)
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                kind = st.st_mode >> 12
+                if entry.is_dir(follow_symlinks=False):
+                    out[entry.path] = (kind, 0, 0)
+                    stack.append(entry.path)
+                else:
+                    out[entry.path] = (kind, st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -3834,9 +3840,9 @@ def fixtures(tiny_model_dir, synth_dir, sft_dir, adapter_dir, report_json):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case, fixtures, endpoint, tmp_path):
+def test_bad_input(case, fixtures, endpoint, tmp_path, record_property):
     outcome, detail = run_case(case, tmp_path, fixtures, endpoint.url)
-    OUTCOMES[case.id] = outcome
+    record_property(CORPUS_OUTCOME, (case.id, outcome))  # counted by conftest.py at the end, over every worker
     assert outcome == "clear", detail
 
 
@@ -3849,10 +3855,7 @@ def counts_table(outcomes: dict[str, str]) -> str:
     return "\n".join(lines + ([f"not clear: {', '.join(bad)}"] if bad else []))
 
 
-def test_counts(capsys):
-    """The corpus's counts by outcome class (printed; the cases themselves assert)."""
-    with capsys.disabled():
-        print("\n" + counts_table(OUTCOMES))
+def test_case_ids_are_unique():
     assert len({c.id for c in CASES}) == len(CASES) >= 980
 
 

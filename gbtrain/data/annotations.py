@@ -37,6 +37,7 @@ from gbtrain.schema import (
     Mark,
     Record,
 )
+from gbtrain.text import brief
 from gbtrain.values import alias_lookup
 from gbtrain.vocabulary import L1, L2, L3, LEVELS
 
@@ -273,7 +274,7 @@ def _unicode(text: str, key: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{key} {text!r:.60} is not valid Unicode text (a lone surrogate)") from None
+        raise ValueError(f"{key} {brief(text, 60)} is not valid Unicode text (a lone surrogate)") from None
     return text
 
 
@@ -282,7 +283,7 @@ def _text(value, key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{key} must be text or a number, got {type(value).__name__} {value!r:.60}")
+        raise ValueError(f"{key} must be text or a number, got {type(value).__name__} {brief(value, 60)}")
     return _unicode(value, key) if isinstance(value, str) else str(value)
 
 
@@ -291,7 +292,7 @@ def _points(value, key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} must be a number of points, got {type(value).__name__} {value!r:.60}")
+        raise ValueError(f"{key} must be a number of points, got {type(value).__name__} {brief(value, 60)}")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an integer beyond a float's range
@@ -398,7 +399,7 @@ def parse_record(raw: dict, level: str, reading: _Reading) -> Record:
             raise ValueError(f"missing key {key!r}")
     rid = raw["id"]
     if isinstance(rid, bool) or not isinstance(rid, str | int) or not str(rid).strip():
-        raise ValueError(f"id must be a non-empty string or an integer, got {rid!r:.60}")
+        raise ValueError(f"id must be a non-empty string or an integer, got {brief(rid, 60)}")
     _unicode(str(rid), "id")
     rel = _unicode(str(raw["image"]), "image")
     _check_image_path(rel)

@@ -32,7 +32,7 @@ from gbtrain.data.sft_dataset import dataset_coords, dataset_pixel_budget, finis
 from gbtrain.data.splits import SPLITS
 from gbtrain.files import read_json, write_atomic
 from gbtrain.outputs import HUB_EXPORT_RECORD, SYNTH_RECORD, claim_rebuilt_folder, overlapping, require_out
-from gbtrain.text import markdown_code
+from gbtrain.text import brief, markdown_code
 
 README = "README.md"
 _OUTPUTS = (README, HUB_EXPORT_RECORD, "dataset_dict.json", *SPLITS)  # what a rerun replaces
@@ -59,7 +59,7 @@ def check_export(run: HubExportRun) -> set[str]:
     the earlier export's files a rerun replaces (earlier_export_files)."""
     require_out(run.out)
     if not LICENCE_ID.fullmatch(run.license):  # the card's front matter: an id the Hub knows, never free text
-        raise ValueError(f"--license {run.license!r:.80}: give a Hub licence id (lowercase letters, digits, . and -: "
+        raise ValueError(f"--license {brief(run.license)}: give a Hub licence id (lowercase letters, digits, . and -: "
                          f"cc-by-4.0, mit, apache-2.0, other; https://huggingface.co/docs/hub/repositories-licenses)")
     overlap = overlapping("--out", run.out, {"--build": run.build})
     if overlap:

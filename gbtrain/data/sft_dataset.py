@@ -34,7 +34,7 @@ from gbtrain.data.splits import SPLITS, SplitRule
 from gbtrain.families import DEFAULT_FAMILY, family_of_model
 from gbtrain.outputs import overlapping
 from gbtrain.schema import Record
-from gbtrain.text import markdown_text
+from gbtrain.text import brief, markdown_text
 from gbtrain.vocabulary import LEVELS, MODES
 
 
@@ -429,8 +429,8 @@ def _with_image_files(split, name: str, out: Path):
     inside = lexical(out / IMAGES_DIR)
     outside = next((p for row in paths for p in row if not a_builds_image(lexical(p))), None)
     if outside is not None:  # a row edited to name any file (../private/secret.jpg) would be trained on or exported
-        raise ValueError(f"{out}: a {name} row names the image {outside!r:.120}, which is not under {IMAGES_DIR}/ of "
-                         f"a build: rows name only a build's own images; build it again with "
+        raise ValueError(f"{out}: a {name} row names the image {brief(outside, 120)}, which is not under {IMAGES_DIR}/ "
+                         f"of a build: rows name only a build's own images; build it again with "
                          f"data_builders/build_sft.py")
     missing = sorted({p for row in paths for p in row if not Path(p).is_file()})
     if missing:

@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from gbtrain.patterns import UserPattern
 from gbtrain.schema import Record
+from gbtrain.text import brief
 
 SPLITS = ("train", "validation", "test")
 
@@ -58,12 +59,12 @@ class SplitRule:
             return record.page_id
         found = _group_pattern(self.group).search(record.image)
         if found is None:
-            raise ValueError(f"record {record.record_id}: its image {record.image!r:.80} does not match split_group "
+            raise ValueError(f"record {record.record_id}: its image {brief(record.image)} does not match split_group "
                              f"{self.group!r}: name every page's student or exam in its path, or change split_group")
         group = found.group(1) if found.re.groups else found.group(0)
         if not group:  # hashing the page instead would split a group's pages as if it had none
             raise ValueError(f"record {record.record_id}: split_group {self.group!r} matches its image "
-                             f"{record.image!r:.80} but names no student or exam (an empty match): change split_group")
+                             f"{brief(record.image)} but names no student or exam (an empty match): change split_group")
         return group
 
     def split(self, record: Record) -> str:

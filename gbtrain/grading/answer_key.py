@@ -16,6 +16,7 @@ from gbtrain import prompts
 from gbtrain.metric.answers import answer_type_of, answers_equivalent
 from gbtrain.metric.parsing import PredictedItem
 from gbtrain.schema import QUESTION_TYPE_ALIASES, QUESTION_TYPES, UNNUMBERED
+from gbtrain.text import brief
 from gbtrain.values import points_from_text, question_id_key
 from gbtrain.vocabulary import ANSWER_BASED, ANSWER_FREE, L3
 
@@ -66,10 +67,10 @@ def _full_score(qid: str, value) -> float | None:
         number = points_from_text(text)
     except ValueError as e:
         if str(e) != "not a finite number":
-            raise ValueError(f"question {qid!r}: full_score {text!r:.40} is not a number") from None
+            raise ValueError(f"question {qid!r}: full_score {brief(text, 40)} is not a number") from None
         number = math.nan
     if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"question {qid!r}: full_score {text!r:.40} must be a finite number above 0")
+        raise ValueError(f"question {qid!r}: full_score {brief(text, 40)} must be a finite number above 0")
     return number
 
 
@@ -78,8 +79,8 @@ def _page(qid: str, value) -> int | None:
     if text is None:
         return None
     if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PAGE):
-        raise ValueError(f"question {qid!r}: page {text!r:.40} must be a page number 1-{MAX_PAGE} (the page of the "
-                         f"document the question is printed on)")
+        raise ValueError(f"question {qid!r}: page {brief(text, 40)} must be a page number 1-{MAX_PAGE} (the page of "
+                         f"the document the question is printed on)")
     return int(text)
 
 
@@ -93,8 +94,8 @@ def _key_question(qid: str, value) -> KeyQuestion:
                          f"{', '.join(KEY_FIELDS)})")
     qtype = _scalar(qid, value.get("question_type"), "question_type")
     if qtype is not None and qtype not in QUESTION_TYPE_ALIASES:
-        raise ValueError(f"question {qid!r}: question_type {qtype!r:.40} is not one of {', '.join(QUESTION_TYPES)} "
-                         f"(or their Chinese names)")
+        raise ValueError(f"question {qid!r}: question_type {brief(qtype, 40)} is not one of "
+                         f"{', '.join(QUESTION_TYPES)} (or their Chinese names)")
     return KeyQuestion(qid, _scalar(qid, value.get("answer"), "reference answer"),
                        _full_score(qid, value.get("full_score")), _scalar(qid, value.get("rubric"), "rubric"),
                        QUESTION_TYPE_ALIASES[qtype] if qtype is not None else None, _page(qid, value.get("page")))
@@ -152,7 +153,7 @@ def load_answer_key(path: str | Path) -> AnswerKey:
     seen: dict[str, str] = {}
     for q in key:
         if not q.qid.strip():  # `"": 42` or `? ''`: no page prints it, no reply can name it
-            raise ValueError(f"--answer-key {path}: a question with an empty id (its reference {q.answer!r:.40}): "
+            raise ValueError(f"--answer-key {path}: a question with an empty id (its reference {brief(q.answer, 40)}): "
                              f"give it the number the page prints")
         other = seen.setdefault(question_id_key(q.qid), q.qid)
         if other != q.qid:  # `5` and `Q5`: a model's `第5题` would name both

@@ -13,7 +13,7 @@ from PIL import Image, ImageOps
 from gbtrain.coords import aspect_problem
 from gbtrain.files import IMAGE_SUFFIXES
 from gbtrain.patterns import UserPattern
-from gbtrain.text import safe_name
+from gbtrain.text import brief, safe_name
 
 PDF_SUFFIX = ".pdf"
 PDF_DPI_RANGE = (36, 600)  # a page the model sees at --max-pixels anyway; 600 dpi A4 is already 35 Mpx
@@ -119,7 +119,7 @@ def students_of(files: list[str], manifest: str | None, pattern: str | None) -> 
         found = {f: m.group(1) if rule.groups else m.group(0) for f in files if (m := rule.search(f))}
         missing = [f for f in files if not found.get(f)]
         if missing:
-            raise ValueError(f"--student-pattern {pattern!r:.80} names no student in {missing[0]!r:.80} ("
+            raise ValueError(f"--student-pattern {brief(pattern)} names no student in {brief(missing[0])} ("
                              f"{len(missing)} page files): change the pattern, or give --students")
         return found
     if not manifest:
@@ -135,16 +135,16 @@ def students_of(files: list[str], manifest: str | None, pattern: str | None) -> 
     for n, row in enumerate(rows, start=2):
         name, student = (row["file"] or "").strip(), (row["student"] or "").strip()
         if name in found:
-            raise ValueError(f"--students {manifest} line {n}: {name!r:.80} is named twice: keep one row per file")
+            raise ValueError(f"--students {manifest} line {n}: {brief(name)} is named twice: keep one row per file")
         if name not in files:
-            raise ValueError(f"--students {manifest} line {n}: {name!r:.80} is no page file under --pages (give each "
+            raise ValueError(f"--students {manifest} line {n}: {brief(name)} is no page file under --pages (give each "
                              f"file's path under it, e.g. class1/scan.pdf)")
         if not student:
-            raise ValueError(f"--students {manifest} line {n}: no student for {name!r:.80}")
+            raise ValueError(f"--students {manifest} line {n}: no student for {brief(name)}")
         found[name] = student
     missing = [f for f in files if f not in found]
     if missing:
-        raise ValueError(f"--students {manifest}: no student for {missing[0]!r:.80} ({len(missing)} page files): add "
+        raise ValueError(f"--students {manifest}: no student for {brief(missing[0])} ({len(missing)} page files): add "
                          f"a row for each")
     return found
 

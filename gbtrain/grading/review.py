@@ -44,7 +44,7 @@ from gbtrain.schema import (
     WRONG,
     Box,
 )
-from gbtrain.text import safe_name
+from gbtrain.text import brief, safe_name
 
 ACTIONS = ("export", "import")
 REVIEW = "review"  # OUT/review of the graded folder
@@ -182,7 +182,7 @@ def page_image(run: dict, page: GradedPage) -> bytes:
     root = Path(os.path.normpath(os.path.abspath(run["pages"])))
     path = Path(os.path.normpath(root / str(rec["source"])))  # `..` and an absolute source taken apart
     if root not in path.parents:
-        raise ValueError(f"page {page.name}: its source {str(rec['source'])!r:.80} is no file under the pages folder "
+        raise ValueError(f"page {page.name}: its source {brief(str(rec['source']))} is no file under the pages folder "
                          f"{run['pages']} (the page file was edited): grade the page again (eval/grade_pages.py "
                          f"--overwrite), then export")
     source = Page(path, rec["source"], index)

@@ -67,7 +67,7 @@ from gbtrain.schema import (
     Mark,
     Record,
 )
-from gbtrain.text import csv_cell, safe_name
+from gbtrain.text import brief, csv_cell, safe_name
 from gbtrain.values import points_from_text, verdict_of
 from gbtrain.vocabulary import L1, L2, L3
 
@@ -82,7 +82,7 @@ def _number(text: str | None, where: str, what: str) -> float | None:
         value = math.nan
     if not math.isfinite(value):
         kind = "a pixel position" if what in BOX_COLUMNS else "a number of points"
-        raise ValueError(f"{where}: {what} {text.strip()!r:.40} is not {kind}: write a number, or leave it empty")
+        raise ValueError(f"{where}: {what} {brief(text.strip(), 40)} is not {kind}: write a number, or leave it empty")
     return int(value) if value.is_integer() else value
 
 
@@ -90,8 +90,8 @@ def _verdict(text: str, where: str) -> str:
     value = text.strip()
     label = verdict_of(value)
     if label is None:
-        raise ValueError(f"{where}: correctness {value!r:.40} is not a verdict: write one of {', '.join(VERDICTS)} "
-                         f"(or true / false), or leave it empty")
+        raise ValueError(f"{where}: correctness {brief(value, 40)} is not a verdict: write one of "
+                         f"{', '.join(VERDICTS)} (or true / false), or leave it empty")
     return label
 
 
@@ -100,14 +100,14 @@ def _question_type(text: str | None, where: str) -> str | None:
         return None
     value = QUESTION_TYPE_ALIASES.get(text.strip())
     if value is None:
-        raise ValueError(f"{where}: question type {text.strip()!r:.40} is not one of {', '.join(QUESTION_TYPES)}")
+        raise ValueError(f"{where}: question type {brief(text.strip(), 40)} is not one of {', '.join(QUESTION_TYPES)}")
     return value
 
 
 def _by_id(pages: list[GradedPage], graded: Path, where: str, given: str | None) -> GradedPage:
     found = next((p for p in pages if p.review_id == given), None)
     if found is None:
-        raise ValueError(f"{where}: review id {given!r:.40} names no page of {graded} (made from another graded "
+        raise ValueError(f"{where}: review id {brief(given, 40)} names no page of {graded} (made from another graded "
                          f"folder, or the page was graded again since): import what eval/review.py export wrote "
                          f"from this folder, or export again")
     return found
@@ -234,7 +234,7 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         if item is None and not number:
             item = _missing_row(row, page, where)
         if item is None:
-            raise ValueError(f"{where}: item {row.get('item')!r:.20} is not an item of page {page.name} (1-"
+            raise ValueError(f"{where}: item {brief(row.get('item'), 20)} is not an item of page {page.name} (1-"
                              f"{len(items)}): keep the sheet's page, item and review_id columns as exported")
         where = f"{where} (page {page.name}, " + (f"item {item['index'] + 1})" if item["index"] is not None else
                                                   f"missing question {item['question_id']})")
@@ -244,13 +244,13 @@ def read_sheet(path: Path, pages: list[GradedPage], graded: Path) -> Review:
         seen[key] = n
         said = (row.get("reviewed") or "").strip().lower()
         if said and said not in YES + NO:
-            raise ValueError(f"{where}: reviewed {said!r:.20} is neither yes nor no: write yes, or leave it empty")
+            raise ValueError(f"{where}: reviewed {brief(said, 20)} is neither yes nor no: write yes, or leave it empty")
         edits = sheet_edits(row, item, page, where) if item["index"] is not None else [
             *(["text"] if (row.get("text") or "").strip() else []),
             *(["box"] if any((row.get(c) or "").strip() for c in BOX_COLUMNS) else [])]
         corrected = [c for c in TEACHER_COLUMNS[1:] if (row.get(c) or "").strip()] + edits
         if said in NO and corrected:
-            raise ValueError(f"{where}: reviewed says {said!r:.10} but the row holds a correction "
+            raise ValueError(f"{where}: reviewed says {brief(said, 10)} but the row holds a correction "
                              f"({', '.join(corrected)}): write yes to keep it, or clear it")
         if said in NO or not (said in YES or corrected):
             review.unreviewed += 1
@@ -276,8 +276,8 @@ def _missing_row(row: dict, page: GradedPage, where: str) -> dict | None:
     qid = _cell_text(row.get("question_id")).strip()
     k = next((k for k, q in enumerate(page.missing) if q["question_id"] == qid), None)
     if k is None:
-        raise ValueError(f"{where}: question {qid!r:.40} is not one the page {page.name} was asked to look for: keep "
-                         f"a missing question's question_id as exported")
+        raise ValueError(f"{where}: question {brief(qid, 40)} is not one the page {page.name} was asked to look for: "
+                         f"keep a missing question's question_id as exported")
     return missing_item(page, k)
 
 
@@ -330,7 +330,7 @@ def _graded(item, page: GradedPage, where: str) -> tuple[Graded, str | None]:
         raise ValueError(f"{where}: {item.problem}: fix it in Label Studio and export again")
     verdict = verdict_of(item.label)
     if verdict is None:
-        raise ValueError(f"{where}: label {item.label!r:.40} is not a verdict ({', '.join(VERDICTS)}): set up the "
+        raise ValueError(f"{where}: label {brief(item.label, 40)} is not a verdict ({', '.join(VERDICTS)}): set up the "
                          f"project with {REVIEW}/{CONFIG}")
     w, h = page.record["width"], page.record["height"]
     box = Box.enclosing(item.points).clip(w, h)
@@ -525,9 +525,9 @@ def page_marks(items: list[Reviewed]) -> tuple[list[Mark], str | None]:
         same = [m for m in marks if m.mark_id == qid]
         for attr in ("score", "full_score", "score_2"):
             if len({getattr(m, attr) for m in same}) > 1:
-                return [], (f"question {qid!r:.40} is given {len(same)} boxes with different {attr}s: one question is "
-                            f"one group (its boxes share their points); delete the extra box, or give the other its "
-                            f"own question id")
+                return [], (f"question {brief(qid, 40)} is given {len(same)} boxes with different {attr}s: one "
+                            f"question is one group (its boxes share their points); delete the extra box, or give the "
+                            f"other its own question id")
     return marks, None
 
 

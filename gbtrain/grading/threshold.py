@@ -17,6 +17,7 @@ from gbtrain.metric.selective import (
     rule_flag,
 )
 from gbtrain.outputs import SELECTIVE_RECORD
+from gbtrain.text import brief
 from gbtrain.vocabulary import L3, setting_name
 
 
@@ -36,7 +37,7 @@ def entry_problem(entry) -> str | None:
     bad = [key for key in ("threshold", "coverage", "accuracy", "review_share")
            if key in entry and entry[key] is not None and not _share(entry[key])]
     if bad:
-        return f"{bad[0]} {entry[bad[0]]!r:.40} is not a share from 0 to 1"
+        return f"{bad[0]} {brief(entry[bad[0]], 40)} is not a share from 0 to 1"
     table = entry["table"]
     rows = table.get("rows") if isinstance(table, dict) else None
     if not isinstance(rows, list) or not rows or not all(map(_row_intact, rows)) or \
@@ -44,8 +45,8 @@ def entry_problem(entry) -> str | None:
         return "its coverage-accuracy table is missing or damaged"
     row = next((r for r in rows if r["threshold"] == entry["threshold"]), None)
     if row is None or any(key in entry and entry[key] != row.get(key) for key in ("coverage", "accuracy")):
-        return (f"its threshold {entry['threshold']!r:.20} and figures are not those of its own table's row (a record "
-                f"edited by hand)")
+        return (f"its threshold {brief(entry['threshold'], 20)} and figures are not those of its own table's row (a "
+                f"record edited by hand)")
     return None
 
 

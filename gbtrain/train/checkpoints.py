@@ -19,6 +19,7 @@ from gbtrain.data.sft_dataset import dataset_coords, dataset_l2_margin, dataset_
 from gbtrain.families import DEFAULT_FAMILY
 from gbtrain.files import read_json, write_atomic
 from gbtrain.outputs import COMPLETE_MARKER, TRAINING_RECORD
+from gbtrain.text import brief
 
 # The trainer's own names: `checkpoint-` and the step in ASCII digits without leading zeros, so no two name one step.
 _TRAINER_NAME = re.compile(r"checkpoint-(0|[1-9][0-9]*)", re.ASCII)
@@ -167,7 +168,7 @@ def read_checkpoint_record(folder: str | Path) -> CheckpointRecord | None:
                              int(data.get("factor", DEFAULT_FAMILY.patch_factor)))
         dataset = data.get("dataset")
         if dataset is not None and not isinstance(dataset, str):
-            raise TypeError(f"dataset {dataset!r:.60} is not a folder")
+            raise TypeError(f"dataset {brief(dataset, 60)} is not a folder")
         record = CheckpointRecord(data["coords"], budget, float(data.get("l2_margin", DEFAULT_L2_MARGIN)), dataset)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a gbtrain checkpoint record ({e})") from None
@@ -291,7 +292,7 @@ def read_training_run(run_dir: str | Path) -> dict:
     if not isinstance(record, dict) or not isinstance(record.get("model"), str):
         raise ValueError(f"{path} is not a gbtrain training record (no model)")
     if not isinstance(record.get("dataset", ""), str | None):  # the folder whose build record gives the split
-        raise ValueError(f"{path} is not a gbtrain training record (dataset {record['dataset']!r:.60} is not a "
+        raise ValueError(f"{path} is not a gbtrain training record (dataset {brief(record['dataset'], 60)} is not a "
                          f"folder)")
     return record
 

@@ -1,7 +1,7 @@
 """What leaves the program as text (gbtrain.text): file names from ids, CSV cells, text quoted in Markdown.
 (redact: tests/inference/test_backends.py, where the backends that need it are.)"""
 
-from gbtrain.text import csv_cell, markdown_code, markdown_text, safe_name
+from gbtrain.text import brief, csv_cell, markdown_code, markdown_text, safe_name
 
 
 def test_a_cell_that_would_start_a_formula_is_text():
@@ -41,3 +41,10 @@ def test_safe_names_keep_the_letters_of_every_script():
     assert safe_name("CON") != "CON" and safe_name("com1.txt") != "com1.txt" and safe_name("CONTENT") == "CONTENT"
     long = safe_name("期" * 200)
     assert len(long.encode("utf-8")) <= 100 + 11 and long.startswith("期" * 33)
+
+
+def test_brief_quotes_a_long_value_cut_with_its_closing_quote():
+    assert brief("short") == "'short'" and brief(12) == "12"
+    long = brief("/tmp/" + "x" * 200)
+    assert len(long) == 80 and long.startswith("'/tmp/xx") and long.endswith("x…'")
+    assert brief(list(range(100)), 20) == "[0, 1, 2, 3, 4, 5, …"

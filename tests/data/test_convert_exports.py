@@ -410,3 +410,31 @@ def test_names_made_for_answers_never_take_a_real_question_id():
     names = [mark.mark_id for _, mark in _numbered(answers, regions)]
     assert names == ["3-1", "3-2~2", "3-2", "#1", "#4"]
     assert len(set(names)) == len(names)
+
+
+def test_a_label_studio_export_numbered_by_region_keeps_every_answer_apart(tmp_path):
+    """Issue 57, as Label Studio writes it: the fixture's export with the answers' qid controls gone (fields.id
+    null). Its first page's question regions are named `3`, none, and `#2` (a name like the one made for an unnamed
+    region): region 3's two answers become `3-1` and `3-2`, the unnamed second region's `#2~2`, never `#2`, which
+    region `#2`'s answer keeps. A region named like a sub-question (`3-2`) is refused, naming the way out."""
+    def export(names: dict[str, str | None]) -> Path:
+        tasks = _ls_tasks()
+        for task in tasks:
+            results = task["annotations"][0]["result"]
+            results[:] = [r for r in results if not (r["from_name"] == "qid" and (
+                "a" in r["id"] or names.get(r["id"], "") is None))]
+            for r in results:
+                if r["from_name"] == "qid" and r["id"] in names:
+                    r["value"]["text"] = [names[r["id"]]]
+        return _write(tmp_path / "export.json", tasks)
+
+    mapping = load_mapping(LS_MAPPING, ["fields.id=null"])
+    convert(export({"p1q0": "3", "p1q1": None, "p1q2": "#2"}), mapping, tmp_path / "out", images=IMAGES,
+            progress=False)
+    page = next(r for r in load_level(tmp_path / "out", "L3").records if "p1" in r.image)
+    assert {m.mark_id: m.hand for m in page.marks if not m.is_context} == {"3-1": "7", "3-2": "35", "#2~2": "x=3",
+                                                                          "#2": ""}
+    assert all(len(g.marks) == 1 for g in page.groups)
+    with pytest.raises(ValueError, match=r"\[task 101, region 'p1q1'\]: question region id '3-2' names a "
+                                         r"sub-question .* give the region its question's id '3'"):
+        convert(export({"p1q0": "3", "p1q1": "3-2"}), mapping, tmp_path / "refused", images=IMAGES, progress=False)

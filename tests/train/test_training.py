@@ -3,6 +3,7 @@ resume after a kill, LoRA merge (of the run tests/conftest.py's recipe_lora shar
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -18,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def summaries(proc):
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"train_samples"')]
+    """Each rank's summary line (ranks share the pipe: one may start where another's line has not ended)."""
+    decoder, text = json.JSONDecoder(), proc.stdout
+    return [decoder.raw_decode(text, m.start())[0] for m in re.finditer(r'\{"train_samples"', text)]
 
 
 @pytest.mark.slow

@@ -458,6 +458,10 @@ class PagePlanner:
                 else:
                     points, cut = _check_box(item.points, *size)
                     qid = _value(self.m.fields.question_id, item)
+                    if qid and question_of_mark(qid) != qid:
+                        raise _Unmappable(f"question region id {qid!r} names a sub-question (an id is split at its "
+                                          f"first '-': question-sub): give the region its question's id "
+                                          f"{question_of_mark(qid)!r}")
                     regions.append(_Region(item, points, qid, _stage(item, page, self.m, self.plan)))
                     self.plan.cut_at_edge += cut
             except _Unmappable as e:

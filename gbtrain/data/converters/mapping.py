@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gbtrain.config import load_config
 from gbtrain.schema import STAGE_ALIASES, VERDICTS
+from gbtrain.text import brief
 
 FORMATS = ("labelstudio", "cvat", "labelme", "coco")
 LABEL_FIELD = "@label"  # a field name meaning "the region's label" (e.g. categories named right / wrong)
@@ -82,7 +83,7 @@ def mapping_problems(m: ConvertMapping) -> list[str]:
         try:
             re.compile(m.unnamed_ids)
         except re.error as e:
-            problems.append(f"unnamed_ids: {m.unnamed_ids!r:.60} is not a regular expression ({e})")
+            problems.append(f"unnamed_ids: {brief(m.unnamed_ids, 60)} is not a regular expression ({e})")
     if m.stage is not None and m.stage not in STAGE_ALIASES:
         problems.append(f"stage: {m.stage!r} is not a known stage ({', '.join(sorted(set(STAGE_ALIASES.values())))})")
     return problems
