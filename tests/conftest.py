@@ -62,6 +62,27 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line("\n" + counts_table(_CORPUS_OUTCOMES))
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """The folder a session fixture builds, once per test run: under pytest-xdist the workers share it (the first
+    to ask builds it under a file lock, the others wait, then only read it), rather than each building its own."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    import shutil
+
+    from filelock import FileLock
+
+    folder = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").is_file():  # a worker that failed mid-build left no marker: built anew
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 # Small images keep the CPU tests fast; the rule (gbtrain.coords) is the same at any budget.
 # (tests/data/test_sft_dataset.py repeats these two numbers.)
 TEST_MIN_PIXELS = 28 * 28 * 4
@@ -80,7 +101,7 @@ def tiny_model_dir(tmp_path_factory):
     """Hub-shaped: its processor carries the hub's budget (3136-12845056), never the tests' one."""
     from gbtrain.miniature.tiny_model import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    return built_once(tmp_path_factory, "tiny", lambda d: make_tiny_model(d / "model")) / "model"
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +109,8 @@ def tiny_qwen3vl_dir(tmp_path_factory):
     """Hub-shaped tiny Qwen3-VL (its processor carries the hub's 65536-16777216 budget)."""
     from gbtrain.miniature.tiny_model import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-qwen3vl") / "model", family="qwen3_vl")
+    return built_once(tmp_path_factory, "tiny-qwen3vl",
+                      lambda d: make_tiny_model(d / "model", family="qwen3_vl")) / "model"
 
 
 # Tests that must hold for every model family take `family_model_dir` (or parametrise over FAMILY_MODELS).
@@ -114,7 +136,7 @@ def tiny_qwen3_dir(tmp_path_factory):
     """A tiny Qwen3 with Qwen3's chat template: the LLM-judge stand-in."""
     from gbtrain.miniature.tiny_model import make_tiny_qwen3
 
-    return make_tiny_qwen3(tmp_path_factory.mktemp("qwen3") / "model")
+    return built_once(tmp_path_factory, "qwen3", lambda d: make_tiny_qwen3(d / "model")) / "model"
 
 
 @pytest.fixture(scope="session")
@@ -122,9 +144,8 @@ def synth_dir(tmp_path_factory):
     """Twelve synthetic pages in the GradingBench layout."""
     from gbtrain.data.synth.generate import generate_dataset
 
-    out = tmp_path_factory.mktemp("synth") / "data"
-    generate_dataset(out, pages=12, seed=7, workers=2, progress=False)
-    return out
+    return built_once(tmp_path_factory, "synth",
+                      lambda d: generate_dataset(d / "data", pages=12, seed=7, workers=2, progress=False)) / "data"
 
 
 @pytest.fixture(scope="session")
@@ -134,12 +155,13 @@ def sft_dir(synth_dir, tiny_model_dir, tmp_path_factory):
     from gbtrain.data.build_config import BuildConfig, MixConfig
     from gbtrain.data.sft_dataset import build_sft_dataset
 
-    out = tmp_path_factory.mktemp("sft-train") / "data"
-    cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=160, seed=3, validation_share=0.2,
-                      test_share=0.1, vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS), max_length=4096,
-                      tokenizer=str(tiny_model_dir), mix=MixConfig(three_turn=0.25), workers=2)
-    build_sft_dataset(cfg, progress=False)
-    return out
+    def build(folder: Path) -> None:
+        cfg = BuildConfig(data=str(synth_dir), out=str(folder / "data"), target_count=160, seed=3,
+                          validation_share=0.2, test_share=0.1, vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS),
+                          max_length=4096, tokenizer=str(tiny_model_dir), mix=MixConfig(three_turn=0.25), workers=2)
+        build_sft_dataset(cfg, progress=False)
+
+    return built_once(tmp_path_factory, "sft-train", build) / "data"
 
 
 @pytest.fixture(scope="session")
@@ -149,12 +171,13 @@ def sft_qwen3vl_dir(synth_dir, tiny_qwen3vl_dir, tmp_path_factory):
     from gbtrain.data.build_config import BuildConfig
     from gbtrain.data.sft_dataset import build_sft_dataset
 
-    out = tmp_path_factory.mktemp("sft-qwen3vl") / "data"
-    cfg = BuildConfig(data=str(synth_dir), out=str(out), target_count=40, seed=3, validation_share=0.2,
-                      test_share=0.1, coords="rel1000", vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS, 32),
-                      max_length=4096, tokenizer=str(tiny_qwen3vl_dir), workers=2)
-    build_sft_dataset(cfg, progress=False)
-    return out
+    def build(folder: Path) -> None:
+        cfg = BuildConfig(data=str(synth_dir), out=str(folder / "data"), target_count=40, seed=3, validation_share=0.2,
+                          test_share=0.1, coords="rel1000", vision=PixelBudget(TEST_MIN_PIXELS, TEST_MAX_PIXELS, 32),
+                          max_length=4096, tokenizer=str(tiny_qwen3vl_dir), workers=2)
+        build_sft_dataset(cfg, progress=False)
+
+    return built_once(tmp_path_factory, "sft-qwen3vl", build) / "data"
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,14 +221,16 @@ def recipe_lora(request, tmp_path_factory):
         if family not in runs:
             model_fixture, sft_fixture = FAMILY_RUN_FIXTURES[family]
             model, sft = request.getfixturevalue(model_fixture), request.getfixturevalue(sft_fixture)
-            folder = tmp_path_factory.mktemp(f"lora-{family}")
-            run, merged = folder / "run", folder / "merged"
-            launch(sft, model, run, *RECIPE_LORA)
-            proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "merge_lora.py"), "--base", str(model),
-                                   "--adapter", str(run), "--out", str(merged)], capture_output=True, text=True,
-                                  timeout=300)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            runs[family] = (model, sft, run, merged)
+
+            def build(folder: Path) -> None:
+                launch(sft, model, folder / "run", *RECIPE_LORA)
+                proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "merge_lora.py"), "--base", str(model),
+                                       "--adapter", str(folder / "run"), "--out", str(folder / "merged")],
+                                      capture_output=True, text=True, timeout=300)
+                assert proc.returncode == 0, proc.stderr[-3000:]
+
+            folder = built_once(tmp_path_factory, f"lora-{family}", build)
+            runs[family] = (model, sft, folder / "run", folder / "merged")
         return runs[family]
 
     return get
