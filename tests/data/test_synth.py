@@ -72,14 +72,14 @@ def test_answer_boxes_enclose_the_ink_tightly(index):
 
 
 @pytest.fixture(scope="module")
-def fifty_pages():
-    """50 pages of the default options (wrong share 0.3), drawn once for the tests of their statistics."""
-    return [generate_page(5, i) for i in range(50)]
+def pages_drawn():
+    """25 pages of the default options (wrong share 0.3), drawn once for the tests of their statistics."""
+    return [generate_page(5, i) for i in range(25)]
 
 
-def test_wrong_share_and_labels(fifty_pages):
+def test_wrong_share_and_labels(pages_drawn):
     assert SynthOptions().wrong_share == 0.3
-    marks = [m for page in fifty_pages for m in page.l3.marks]
+    marks = [m for page in pages_drawn for m in page.l3.marks]
     labels = Counter(m.raw_label for m in marks)
     answered = labels["right"] + labels["wrong"]
     assert 0.2 <= labels["wrong"] / answered <= 0.4
@@ -168,8 +168,8 @@ def test_fonts_cover_every_bank_character():
                     fonts.runs("hand", p.right_answer + p.wrong_answer)
 
 
-def test_pages_do_not_repeat(fifty_pages):
-    assert len({tuple((m.mark_id, m.hand) for m in page.l3.marks) for page in fifty_pages}) == 50
+def test_pages_do_not_repeat(pages_drawn):
+    assert len({tuple((m.mark_id, m.hand) for m in page.l3.marks) for page in pages_drawn}) == 25
 
 
 @pytest.mark.slow
