@@ -190,7 +190,6 @@ RECIPE_LORA = ("finetune=lora", "lora.r=4", "lora.alpha=8", "freeze={vision_towe
 def launch(sft_dir, tiny_model_dir, out, *overrides, accelerate_args=("--num_processes", "1", "--cpu"),
            timeout=900, popen=False):
     """`accelerate launch recipes/sft_qwen.py` with the tiny CPU config, as a user runs it."""
-    import os
     import subprocess
     import sys
 
