@@ -215,6 +215,20 @@ def build_datasets(cfg: TrainConfig, processor, budget: PixelBudget) -> tuple[di
     return {"train": train, "eval": evald}, sources, stats
 
 
+def skip_cpu_inference_op() -> None:
+    """On CPU, DeepSpeed's communication backend compiles its shared-memory all-reduce op when it starts (about
+    2 minutes of g++ on two cores, a lock left behind that hangs later runs if the compile is killed). Only
+    tensor-parallel inference calls that op, never training, so a CPU DeepSpeed run marks it unbuildable first."""
+    if torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true":
+        return
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
+
+
 def sft_config(cfg: TrainConfig, has_eval: bool) -> SFTConfig:
     bf16 = train_dtype(cfg) == torch.bfloat16
     return SFTConfig(
@@ -328,6 +342,7 @@ def train(cfg: TrainConfig) -> dict:
     train_ds, eval_ds = datasets["train"], datasets["eval"]
     # The training arguments come first: under an accelerate DeepSpeed launch they put the ZeRO config in
     # force, so that a `zero3_init_flag: true` model is partitioned while it loads instead of whole per rank.
+    skip_cpu_inference_op()
     args = sft_config(cfg, eval_ds is not None)
     model = setup_model(cfg, fp32_trainable=args.deepspeed_plugin is None)
     stats["zero3_partitioned_at_load"] = any(hasattr(p, "ds_id") for p in model.parameters())
