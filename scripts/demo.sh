@@ -121,7 +121,7 @@ if [ -n "${GBTRAIN_VENV:-}" ]; then  # an environment of your own, e.g. CUDA tor
   log "environment: $GBTRAIN_VENV"
   VENV=$GBTRAIN_VENV
 else
-  log "environment (.venv, the pinned CPU stack; built once, about 3 minutes)"
+  log "environment (.venv, the pinned CPU stack; built once, about a minute)"
   scripts/setup_env.sh .venv
   VENV=.venv
 fi
