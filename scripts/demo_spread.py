@@ -2,7 +2,10 @@
 fine-tuned accuracy per setting with its gain's paired p-value, localized share, the image-reliance gap and the
 vision warm-up's own test, with the machine's CPU. docs/demo.md's spread table is its output.
 
-    python scripts/demo_spread.py runs/demo-s0 runs/demo-s1 runs/demo-s2 [--json spread.json]
+    python scripts/demo_spread.py runs/demo-s0 runs/demo-s1 runs/demo-s2 [--json spread.json] [--check]
+
+--check exits 1 unless every run shows what the README states of the default demo (GAINS_AT, SIGNIFICANT_AT,
+GAP_FLOOR below).
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ from gbtrain.evaluation.reports import compare, read_outcomes
 from gbtrain.files import read_json
 
 SETTINGS = ("L1-ab", "L2-ab", "L3-ab", "L1-af", "L2-af", "L3-af")
+# What the README states of every run of the default demo, whatever the CPU and the seed (issue 56): accuracy
+# gains at every level answer-based, significant on crops and whole pages, and a model that uses the pixels.
+GAINS_AT = ("L1-ab", "L2-ab", "L3-ab")
+SIGNIFICANT_AT = ("L1-ab", "L3-ab")
+P_BELOW = 0.05
+GAP_FLOOR = 0.2
 
 
 def cpu_name() -> str:
@@ -43,11 +52,29 @@ def run_figures(out: Path) -> dict:
     _, rows = compare(base, sft, (read_outcomes(reports[0], base), read_outcomes(reports[1], sft)))
     reliance = json.loads((out / "image_reliance.json").read_text(encoding="utf-8").splitlines()[0])
     warmup = out / "base-model" / "gbtrain_warmup.json"
-    settings = {r["setting"]: {"accuracy": r["accuracy"]["sft"], "gain_p": r["accuracy"]["p"],
+    settings = {r["setting"]: {"accuracy": r["accuracy"]["sft"], "gain": r["accuracy"]["gain"],
+                               "gain_p": r["accuracy"]["p"],
                                "localized": r["localized"]["sft"],
                                "records": sft["settings"][r["setting"]]["n_records"]} for r in rows}
     return {"run": str(out), "settings": settings, "gap": reliance.get("gap"),
             "warmup_chars_exact": read_json(warmup)["held_out"]["chars_exact"] if warmup.is_file() else None}
+
+
+def broken_promises(run: dict) -> list[str]:
+    """What `run` (run_figures) shows against the README's properties: each unmet one, in words; none when all hold."""
+    problems = []
+    for name in GAINS_AT:
+        f = run["settings"].get(name)
+        if f is None:
+            problems.append(f"{name} was not evaluated")
+        elif not f["gain"] > 0:
+            problems.append(f"no accuracy gain at {name} ({100 * f['gain']:+.1f} points)")
+        elif name in SIGNIFICANT_AT and not (f["gain_p"] is not None and f["gain_p"] < P_BELOW):
+            p = "not computed" if f["gain_p"] is None else f"{f['gain_p']:.2g}"
+            problems.append(f"the gain at {name} is not significant (p {p}, not below {P_BELOW})")
+    if run["gap"] is None or not run["gap"] >= GAP_FLOOR:
+        problems.append(f"image-reliance gap {run['gap']} below {GAP_FLOOR}")
+    return problems
 
 
 def _spread(values: list[float], scale: float = 100, digits: int = 1) -> str:
@@ -84,6 +111,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="scripts/demo.sh output folders")
     ap.add_argument("--json", help="also write every run's figures to this file")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless every run shows the README's properties of the default demo")
     args = ap.parse_args()
     with user_errors("demo_spread"):
         runs = [run_figures(Path(p)) for p in args.runs]
@@ -92,6 +121,14 @@ def main() -> None:
             Path(args.json).write_text(json.dumps({"cpu": cpu_name(), "runs": runs}, indent=1) + "\n",
                                        encoding="utf-8")
     print(table, end="")
+    if args.check:
+        broken = [(r["run"], problem) for r in runs for problem in broken_promises(r)]
+        for run, problem in broken:
+            print(f"demo_spread: {run}: {problem}")
+        print(f"demo_spread: {len(runs) - len({run for run, _ in broken})} of {len(runs)} runs show every property "
+              f"the README states (gains at {', '.join(GAINS_AT)}; p < {P_BELOW} at {', '.join(SIGNIFICANT_AT)}; "
+              f"image-reliance gap >= {GAP_FLOOR})")
+        raise SystemExit(1 if broken else 0)
 
 
 if __name__ == "__main__":

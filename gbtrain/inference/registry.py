@@ -55,8 +55,8 @@ class ModelOptions:
     tensor_parallel_size: int = model_option(1, "vllm: GPUs per engine", bounds=(1, 1024))
     data_parallel_size: int = model_option(1, "vllm: independent engines, a share of each batch", bounds=(1, 1024))
     kv_cache_gib: float | None = model_option(None, "vllm: KV-cache size in GiB (default on CPU: a quarter of free "
-                                                    "memory, 0.5-4 GiB; on a GPU: what --gpu-memory-utilization "
-                                                    "leaves)")
+                                                    "memory, 0.5-4 GiB, at most 64 full contexts' worth; on a GPU: "
+                                                    "what --gpu-memory-utilization leaves)")
     gpu_memory_utilization: float = model_option(0.9, "vllm on a GPU: share of the card the engine (and a vllm judge) "
                                                       "may take")
     structured: bool = model_option(False, "JSON-schema constrained output (single-turn)")

@@ -7,7 +7,14 @@ import functools
 import os
 
 from gbtrain.coords import PixelBudget
-from gbtrain.inference.base import BackendOptions, RegisteredBackend, SamplingOptions, VLLMMemory, convert_messages
+from gbtrain.inference.base import (
+    BackendOptions,
+    RegisteredBackend,
+    SamplingOptions,
+    VLLMMemory,
+    convert_messages,
+    kv_cache_bytes,
+)
 from gbtrain.inference.logprobs import Reply, with_logprobs
 
 
@@ -36,7 +43,8 @@ class VLLMBackend(RegisteredBackend):
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         kwargs = dict(model=model, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                       limit_mm_per_prompt={"image": 1}, mm_processor_kwargs=budget.mm_processor_kwargs(),
-                      seed=seed, enforce_eager=on_cpu, **memory.engine_kwargs(on_cpu))
+                      seed=seed, enforce_eager=on_cpu,
+                      **memory.engine_kwargs(on_cpu, kv_cache_bytes(model, max_model_len) if on_cpu else None))
         kwargs.update(engine_kwargs)
         if structured:  # whitespace as the model writes it: the builder's targets have a space after , and :
             kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": False}

@@ -688,7 +688,7 @@ class ScoreRun(PointsFlags, IntervalFlags, SplitFlags, GateFlags):
                                                "32 Qwen3-VL", bounds=(1, 1024))
     judge: str = option("rule", judges.judge_usage)
     kv_cache_gib: float | None = option(None, "vllm judge: KV-cache size in GiB (default on CPU: a quarter of free "
-                                              "memory, 0.5-4 GiB)")
+                                              "memory, 0.5-4 GiB, at most 64 full contexts' worth)")
     gpu_memory_utilization: float = option(0.9, "vllm judge on a GPU: share of the card")
     match_radius: float = option(1.0, "x the group's box diagonal")
     exclude_other: bool = option(False, "drop half-right/unanswered/unknown groups")

@@ -70,10 +70,27 @@ def test_vllm_memory_is_sized_by_gbtrain():
     cpu = VLLMMemory().engine_kwargs(on_cpu=True)
     assert 0.5 * 2**30 <= cpu["kv_cache_memory_bytes"] <= 4 * 2**30
     assert VLLMMemory(kv_cache_gib=1.5).engine_kwargs(on_cpu=True)["kv_cache_memory_bytes"] == int(1.5 * 2**30)
+    # a small model's cache is what 64 sequences of its context need, not the memory share (vLLM writes it all)
+    assert VLLMMemory().engine_kwargs(on_cpu=True, needed_bytes=2**20)["kv_cache_memory_bytes"] == 2**20
+    assert VLLMMemory(kv_cache_gib=1.5).engine_kwargs(on_cpu=True, needed_bytes=2**20)["kv_cache_memory_bytes"] \
+        == int(1.5 * 2**30)  # a size the user gave stands
     gpu = VLLMMemory(gpu_memory_utilization=0.45).engine_kwargs(on_cpu=False)
     assert gpu == {"gpu_memory_utilization": 0.45}
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         VLLMMemory(gpu_memory_utilization=1.5)
+
+
+def test_kv_cache_bytes_from_the_model_config(tiny_model_dir, tmp_path):
+    """Keys and values of every layer, at 4 bytes, for 64 sequences of the context; unreadable configs give None."""
+    from gbtrain.inference.base import CPU_KV_SEQUENCES, kv_cache_bytes
+
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    text = config.get("text_config") or config  # the hub's Qwen2.5-VL config keeps them at the top
+    head_dim = text["hidden_size"] // text["num_attention_heads"]
+    per_token = 2 * text["num_hidden_layers"] * text["num_key_value_heads"] * head_dim * 4
+    assert kv_cache_bytes(str(tiny_model_dir), 4096) == per_token * 4096 * CPU_KV_SEQUENCES
+    (tmp_path / "config.json").write_text('{"text_config": {"num_attention_heads": 0}}')
+    assert kv_cache_bytes(str(tmp_path), 4096) is None and kv_cache_bytes("Qwen/Qwen2.5-VL-7B-Instruct", 4096) is None
 
 
 @pytest.mark.slow
