@@ -18,6 +18,7 @@ import pytest
 from labelstudio_export import labelstudio_export
 
 from gbtrain.data.annotations import load_dataset, load_level
+from gbtrain.inference.base import kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -69,9 +70,12 @@ def test_readme_commands_in_a_clean_environment(first_steps, tmp_path):
     for name, checkpoint, extra in (("base", model, ["--coords", "rel1000", "--min-pixels", 3136, "--max-pixels",
                                                      50176, "--build", sft]), ("sft", trained, [])):
         out = tmp_path / f"eval-{name}"
-        run(["python", "eval/run_eval.py", "--model", checkpoint, "--data", pages, "--out", out, "--settings",
-             "L1-af,L3-ab", "--limit", 2, "--max-tokens", 32, "--max-model-len", 4096, *extra], env)
+        printed = run(["python", "eval/run_eval.py", "--model", checkpoint, "--data", pages, "--out", out,
+                       "--settings", "L1-af,L3-ab", "--limit", 2, "--max-tokens", 32, "--max-model-len", 4096, *extra],
+                      env)
         reports[name] = json.loads((out / "report.json").read_text())
+        # with no --kv-cache-gib the engine's cache is what 64 contexts of this model need, not 4 GiB to write
+        assert f"'kv_cache_memory_bytes': {kv_cache_bytes(str(checkpoint), 4096)}," in printed
     del ballast
     # recorded by the recipe, read by the evaluator
     assert {k: reports["sft"]["meta"][k] for k in ("coords", "min_pixels", "max_pixels")} == {

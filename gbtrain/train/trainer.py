@@ -216,8 +216,8 @@ def build_datasets(cfg: TrainConfig, processor, budget: PixelBudget) -> tuple[di
 
 
 def skip_cpu_inference_op() -> None:
-    """On CPU, DeepSpeed's communication backend compiles its shared-memory all-reduce op when it starts (about
-    2 minutes of g++ on two cores, a lock left behind that hangs later runs if the compile is killed). Only
+    """On CPU, DeepSpeed's communication backend compiles its shared-memory all-reduce op when it starts (57-135 s
+    of one core, measured on two machines; a killed compile leaves a lock that hangs later runs). Only
     tensor-parallel inference calls that op, never training, so a CPU DeepSpeed run marks it unbuildable first."""
     if torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true":
         return
@@ -340,9 +340,9 @@ def train(cfg: TrainConfig) -> dict:
     processor = load_processor(cfg.model, budget)
     datasets, sources, stats = build_datasets(cfg, processor, budget)
     train_ds, eval_ds = datasets["train"], datasets["eval"]
+    skip_cpu_inference_op()  # before the training arguments start DeepSpeed's communication backend
     # The training arguments come first: under an accelerate DeepSpeed launch they put the ZeRO config in
     # force, so that a `zero3_init_flag: true` model is partitioned while it loads instead of whole per rank.
-    skip_cpu_inference_op()
     args = sft_config(cfg, eval_ds is not None)
     model = setup_model(cfg, fp32_trainable=args.deepspeed_plugin is None)
     stats["zero3_partitioned_at_load"] = any(hasattr(p, "ds_id") for p in model.parameters())

@@ -80,17 +80,26 @@ def test_vllm_memory_is_sized_by_gbtrain():
         VLLMMemory(gpu_memory_utilization=1.5)
 
 
-def test_kv_cache_bytes_from_the_model_config(tiny_model_dir, tmp_path):
-    """Keys and values of every layer, at 4 bytes, for 64 sequences of the context; unreadable configs give None."""
-    from gbtrain.inference.base import CPU_KV_SEQUENCES, kv_cache_bytes
+def test_kv_cache_bytes_from_the_model_config(tmp_path):
+    """Keys and values of every layer, at 4 bytes, for 64 sequences of the context, from configs shaped as the hub's
+    (Qwen2.5-VL-7B keeps the language model's sizes at the top, Qwen3-VL-8B in text_config with its own head_dim);
+    unreadable configs give None and the memory share alone sizes the cache."""
+    from gbtrain.inference.base import kv_cache_bytes
 
-    config = json.loads((tiny_model_dir / "config.json").read_text())
-    text = config.get("text_config") or config  # the hub's Qwen2.5-VL config keeps them at the top
-    head_dim = text["hidden_size"] // text["num_attention_heads"]
-    per_token = 2 * text["num_hidden_layers"] * text["num_key_value_heads"] * head_dim * 4
-    assert kv_cache_bytes(str(tiny_model_dir), 4096) == per_token * 4096 * CPU_KV_SEQUENCES
-    (tmp_path / "config.json").write_text('{"text_config": {"num_attention_heads": 0}}')
-    assert kv_cache_bytes(str(tmp_path), 4096) is None and kv_cache_bytes("Qwen/Qwen2.5-VL-7B-Instruct", 4096) is None
+    def folder(name: str, config: dict) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        return str(tmp_path / name)
+
+    qwen25 = folder("qwen25", {"model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28,
+                               "num_hidden_layers": 28, "num_key_value_heads": 4, "vision_config": {"depth": 32}})
+    qwen3 = folder("qwen3", {"model_type": "qwen3_vl", "text_config": {
+        "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+        "head_dim": 128}})
+    assert kv_cache_bytes(qwen25, 4096) == 2 * 28 * 4 * 128 * 4 * 4096 * 64  # 28 GiB: the memory share wins
+    assert kv_cache_bytes(qwen3, 1024) == 2 * 36 * 8 * 128 * 4 * 1024 * 64
+    broken = folder("broken", {"text_config": {"num_attention_heads": 0}})
+    assert kv_cache_bytes(broken, 4096) is None and kv_cache_bytes("Qwen/Qwen2.5-VL-7B-Instruct", 4096) is None
 
 
 @pytest.mark.slow
